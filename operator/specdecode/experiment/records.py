@@ -1,0 +1,129 @@
+"""What the load generator measures and the verdict judges: one record per request and arm.
+
+`requests.jsonl` holds one `RequestRecord` per line (design.md §4). Times are seconds on the
+load generator's monotonic clock, relative to the run's anchor (`RunAnchor`), so records from
+one run compare directly; derived latencies are milliseconds, as in status.
+
+Pairing: request `index` of stage `stage` was sent to both arms with the same prompt at the same
+intended time, so (stage, index, control) and (stage, index, treatment) form a pair.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base: snake_case JSON, tolerant of fields added by newer versions."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+
+class RunAnchor(Record):
+    """Ties the monotonic clock of a run to wall-clock time."""
+
+    monotonic: float
+    """`time.monotonic()` at the anchor."""
+    wall: float
+    """`time.time()` at the same instant (Unix seconds)."""
+
+
+class RequestRecord(Record):
+    """One request to one arm."""
+
+    stage: str
+    """Stage name (`warmup` for warm-up requests)."""
+    index: int
+    """Position in the stage's prompt sequence; the pair key together with `stage`."""
+    arm: str
+    """`control` or `treatment`."""
+    warmup: bool = False
+    """Warm-up requests are excluded from the analysis."""
+    prompt_id: str = ""
+    """Stable identifier of the prompt (same in both arms)."""
+    category: str | None = None
+    """Prompt category (chat, code, summarisation, math, ...), when the dataset has one."""
+    intended: float | None = None
+    """Scheduled send time (open loop); null in closed loop."""
+    sent: float
+    """Actual send time."""
+    first_byte: float | None = None
+    """First byte of the response body."""
+    first_token: float | None = None
+    """First event carrying at least one completion token."""
+    end: float | None = None
+    """Last byte (or the failure)."""
+    events: list[tuple[float, int]] = Field(default_factory=list)
+    """Every SSE event carrying tokens: (time, cumulative completion tokens from usage)."""
+    ok: bool = False
+    """Completed with a 200 and a full stream."""
+    http_status: int | None = None
+    """HTTP status, when one arrived."""
+    error_class: str | None = None
+    """connect, timeout, http_4xx, http_5xx, stream_error, malformed_sse, disconnect, other."""
+    error: str | None = None
+    """One line describing the failure."""
+    prompt_tokens: int | None = None
+    """From the server's usage."""
+    completion_tokens: int | None = None
+    """From the server's usage."""
+    text: str | None = None
+    """The generated text (kept for the equivalence check)."""
+    text_hash: str | None = None
+    """sha256 of the generated text."""
+    diverges_at: int | None = None
+    """First character where this text differs from the other arm's (null when equal or unknown)."""
+    spec_decode: dict[str, Any] | None = None
+    """The server's per-request `metrics.speculative_decoding`, when present."""
+
+    # Derived (design.md §5), milliseconds; null when not defined for this request.
+    ttft_ms: float | None = None
+    """First token - send."""
+    ttft_from_intended_ms: float | None = None
+    """First token - intended send (open loop: the schedule lag counts)."""
+    tpot_ms: float | None = None
+    """(last token - first token) / (output tokens - 1)."""
+    e2e_ms: float | None = None
+    """End - send."""
+    schedule_lag_ms: float | None = None
+    """Send - intended (open loop)."""
+
+
+class ArmServerMetrics(Record):
+    """Server-side measurements of one arm over one stage window (counter deltas, gauges)."""
+
+    source: str = "metrics"
+    """`metrics` (read from /metrics directly) or `prometheus`."""
+    num_drafts: float | None = None
+    """Δ vllm:spec_decode_num_drafts_total."""
+    num_draft_tokens: float | None = None
+    """Δ vllm:spec_decode_num_draft_tokens_total."""
+    num_accepted_tokens: float | None = None
+    """Δ vllm:spec_decode_num_accepted_tokens_total."""
+    accepted_per_position: list[float] = Field(default_factory=list)
+    """Δ vllm:spec_decode_num_accepted_tokens_per_pos_total by position."""
+    kv_cache_usage_max: float | None = None
+    """Highest vllm:kv_cache_usage_perc seen (fraction)."""
+    requests_success: float | None = None
+    """Δ vllm:request_success_total (all reasons)."""
+    generation_tokens: float | None = None
+    """Δ vllm:generation_tokens_total."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Anything else worth keeping (per pod breakdowns, histogram means)."""
+
+
+class StageWindow(Record):
+    """When a stage ran, and what the servers said about it."""
+
+    stage: str
+    """Stage name."""
+    start: float
+    """Monotonic start (first intended send)."""
+    end: float
+    """Monotonic end (last response done)."""
+    stopped_early: bool = False
+    """Sequential analysis ended it before its request bound."""
+    server: dict[str, ArmServerMetrics] = Field(default_factory=dict)
+    """Per arm (`control`, `treatment`)."""

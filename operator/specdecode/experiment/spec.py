@@ -1,0 +1,544 @@
+"""The `SpecDecodeExperiment` spec: typed, frozen models parsed once at the edge.
+
+These models are the contract of design.md §3. The CRD's OpenAPI schema is generated from them
+(`specdecode.experiment.crd`), so every field carries a description, and the schema-expressible
+rules (types, enums, ranges, CEL cross-field rules) live here too, next to the field they guard.
+The rules that need more than one section or vLLM's knowledge are in `validation.py`.
+
+Invariants:
+- Defaults make a *fair* comparison: prefix caching off, greedy sampling, a fixed seed.
+- Both arms share everything in `engine`; only `speculative` differs between them.
+- Field names are camelCase on the wire (aliases), snake_case in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "specdecode.io"
+API_VERSION = "v1alpha1"
+KIND = "SpecDecodeExperiment"
+PLURAL = "specdecodeexperiments"
+SHORT_NAME = "sdx"
+
+#: the longest experiment name whose children (`<name>-treatment`, ...) are still DNS labels
+MAX_NAME_LENGTH = 53
+
+
+class Model(BaseModel):
+    """Base of every spec model: frozen, no unknown fields, camelCase on the wire."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+def cel(rule: str, message: str) -> dict[str, Any]:
+    """One `x-kubernetes-validations` entry, for `json_schema_extra`."""
+    return {"rule": rule, "message": message}
+
+
+def _cel_extra(*rules: dict[str, Any]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+# --------------------------------------------------------------------------------------------- engine
+
+
+class EnvVar(Model):
+    """An environment variable for both arms' containers (a Kubernetes EnvVar)."""
+
+    name: str = Field(min_length=1)
+    """Variable name."""
+    value: str | None = None
+    """Literal value."""
+    value_from: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    """A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...)."""
+
+
+Quantity = Annotated[int | str, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]
+
+
+class Resources(Model):
+    """Compute resources of each arm's vLLM container (a Kubernetes ResourceRequirements)."""
+
+    limits: dict[str, Quantity] = Field(default_factory=lambda: {"nvidia.com/gpu": 1})
+    """Resource limits, e.g. `nvidia.com/gpu: 1`. Both arms get the same."""
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Resource requests."""
+
+
+class Toleration(Model):
+    """A Kubernetes toleration, applied to both arms."""
+
+    key: str | None = None
+    """Taint key to tolerate."""
+    operator: Literal["Exists", "Equal"] | None = None
+    """`Exists` or `Equal`."""
+    value: str | None = None
+    """Taint value (with `Equal`)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate; empty means all."""
+    toleration_seconds: int | None = None
+    """How long a `NoExecute` taint is tolerated."""
+
+
+class SecretKeyRef(Model):
+    """A key in a Secret in the experiment's namespace."""
+
+    name: str = Field(min_length=1)
+    """Secret name."""
+    key: str = Field(min_length=1)
+    """Key within the Secret."""
+
+
+class SimulatorSpec(Model):
+    """Run the built-in vLLM simulator instead of vLLM (dry runs, CI, the demo).
+
+    Unset parameters come from `profile`. The meaning of each parameter is in design.md §6.
+    """
+
+    profile: str = "h200-8b-draft-tiny"
+    """Named parameter set fitted to real measurements (see `specdecode sim --list-profiles`)."""
+    decode_step_ms: float | None = Field(default=None, gt=0, le=10_000)
+    """Target decode step time at batch 1, in milliseconds."""
+    batch_token_ms: float | None = Field(default=None, ge=0, le=1_000)
+    """Extra step time per token processed in the step (the compute-bound slope), in milliseconds."""
+    prefill_token_ms: float | None = Field(default=None, ge=0, le=1_000)
+    """Prefill time per prompt token, in milliseconds."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65_536)
+    """Batch cap; further requests wait in the queue."""
+    acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    """Per-position conditional acceptance probability of a draft token (treatment arm)."""
+    draft_cost_ratio: float | None = Field(default=None, ge=0, le=100)
+    """One draft forward pass relative to a target decode step."""
+    draft_fixed_ms: float | None = Field(default=None, ge=0, le=10_000)
+    """A fixed cost per draft pass, in milliseconds (launch overhead; fitted on the H200)."""
+    output_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
+    """Fraction of treatment requests whose text diverges from the control's (fault injection)."""
+    error_rate: float | None = Field(default=None, ge=0, le=1)
+    """Fraction of requests answered with an error (fault injection)."""
+
+    def overrides(self) -> dict[str, float | int]:
+        """The parameters set explicitly, by their snake_case names (the profile fills the rest)."""
+        fields = self.model_dump(exclude={"profile"}, exclude_none=True)
+        return {k: v for k, v in fields.items() if isinstance(v, int | float)}
+
+
+class EngineSpec(Model):
+    """The inference engine, shared by both arms; only the speculative config differs."""
+
+    image: str = Field(default="vllm/vllm-openai:v0.33.0", min_length=1)
+    """Container image of vLLM (ignored with `simulator`, which runs from the operator's image)."""
+    args: list[str] = Field(default_factory=list)
+    """Extra `vllm serve` arguments for both arms. Flags the operator owns are refused."""
+    env: list[EnvVar] = Field(default_factory=list)
+    """Extra environment variables for both arms."""
+    resources: Resources = Field(default_factory=Resources)
+    """Resources of each arm's container."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node selector for both arms; pin them to the same GPU product."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Tolerations for both arms (GPU nodes are often tainted)."""
+    prefix_caching: bool = False
+    """Enable vLLM's prefix caching. Off by default: a warm shared prefix distorts the comparison."""
+    seed: int = Field(default=42, ge=0)
+    """Engine seed (`--seed`), the same in both arms."""
+    api_key_secret: SecretKeyRef | None = None
+    """A Secret holding the API key both arms require (`--api-key`); the load Job sends it."""
+    simulator: SimulatorSpec | None = None
+    """Set to run the built-in vLLM simulator instead of vLLM (dry run, CI, demo)."""
+
+
+# ---------------------------------------------------------------------------------------- speculative
+
+
+class SpeculativeMethod(StrEnum):
+    """vLLM 0.33's `SpeculativeConfig.method` values (the model-specific MTP names are deprecated)."""
+
+    NGRAM = "ngram"
+    NGRAM_GPU = "ngram_gpu"
+    DRAFT_MODEL = "draft_model"
+    SUFFIX = "suffix"
+    CUSTOM_CLASS = "custom_class"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    EXTRACT_HIDDEN_STATES = "extract_hidden_states"
+    DFLASH = "dflash"
+    DSPARK = "dspark"
+    MTP = "mtp"
+    DEEPSEEK_MTP = "deepseek_mtp"
+    DOTS3_NOTE_MTP = "dots3_note_mtp"
+    MIMO_MTP = "mimo_mtp"
+    MIMO_V2_MTP = "mimo_v2_mtp"
+    GLM4_MOE_MTP = "glm4_moe_mtp"
+    GLM4_MOE_LITE_MTP = "glm4_moe_lite_mtp"
+    GLM_OCR_MTP = "glm_ocr_mtp"
+    ERNIE_MTP = "ernie_mtp"
+    NEMOTRON_H_MTP = "nemotron_h_mtp"
+    EXAONE_MOE_MTP = "exaone_moe_mtp"
+    EXAONE4_5_MTP = "exaone4_5_mtp"
+    QWEN3_NEXT_MTP = "qwen3_next_mtp"
+    QWEN4_EXP_MTP = "qwen4_exp_mtp"
+    QWEN3_5_MTP = "qwen3_5_mtp"
+    LONGCAT_FLASH_MTP = "longcat_flash_mtp"
+    BAILING_HYBRID_V3_MTP = "bailing_hybrid_v3_mtp"
+    MINIMAX_M3_MTP = "minimax_m3_mtp"
+    BAILING_HYBRID_MTP = "bailing_hybrid_mtp"
+    KIMI_K3_MTP = "kimi_k3_mtp"
+    PANGU_ULTRA_MOE_MTP = "pangu_ultra_moe_mtp"
+    STEP3P5_MTP = "step3p5_mtp"
+    STEP5_MTP = "step5_mtp"
+    HY_V3_MTP = "hy_v3_mtp"
+    HY_V4_MTP = "hy_v4_mtp"
+    GEMMA4_MTP = "gemma4_mtp"
+    INKLING_MTP = "inkling_mtp"
+    GLM5_NEXT_MTP = "glm5_next_mtp"
+
+    @property
+    def is_deprecated_mtp_alias(self) -> bool:
+        """A model-specific MTP name that vLLM replaces with `mtp` (with a warning)."""
+        return self.value.endswith("_mtp")
+
+    @property
+    def needs_draft_model(self) -> bool:
+        """Methods whose proposer is a separate model that `model` must name."""
+        return self in {SpeculativeMethod.DRAFT_MODEL, SpeculativeMethod.EAGLE, SpeculativeMethod.EAGLE3,
+                        SpeculativeMethod.DFLASH, SpeculativeMethod.CUSTOM_CLASS}
+
+    @property
+    def is_ngram(self) -> bool:
+        """Prompt-lookup methods, configured with `promptLookupMin/Max`."""
+        return self in {SpeculativeMethod.NGRAM, SpeculativeMethod.NGRAM_GPU}
+
+    @property
+    def k_has_default(self) -> bool:
+        """Methods where vLLM can supply `num_speculative_tokens` itself (MTP n_predict, dspark, suffix)."""
+        return self in {SpeculativeMethod.MTP, SpeculativeMethod.DSPARK, SpeculativeMethod.SUFFIX} or (
+            self.is_deprecated_mtp_alias
+        )
+
+
+_MODEL_METHODS_CEL = "['draft_model', 'eagle', 'eagle3', 'dflash', 'custom_class']"
+
+
+class SpeculativeSpec(Model):
+    """Rendered into `--speculative-config` JSON for the treatment arm only (vLLM 0.33 semantics)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(f"!(self.method in {_MODEL_METHODS_CEL}) || has(self.model)",
+                "speculative.model is required for this method: name the draft model or head"),
+            cel("!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
+                "self.promptLookupMin <= self.promptLookupMax",
+                "promptLookupMin must be <= promptLookupMax"),
+        )
+    )
+
+    method: SpeculativeMethod
+    """The proposer (vLLM `method`). Always explicit: vLLM's name-based inference is fragile."""
+    model: str | None = Field(default=None, min_length=1)
+    """Draft model, EAGLE head or proposer path; required for draft_model, eagle, eagle3, dflash, custom_class."""
+    num_speculative_tokens: int | None = Field(default=None, gt=0, le=64)
+    """k, the number of draft tokens per step (> 0)."""
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    """Draft tensor parallel size: 1 or the target's tensor parallel size (unset: the target's)."""
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    """ngram: shortest n-gram window (vLLM default 5, or promptLookupMax if only that is set)."""
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    """ngram: longest n-gram window (vLLM default 5, or promptLookupMin if only that is set)."""
+    extra: dict[str, Any] = Field(default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    """Any other vLLM SpeculativeConfig key, by its vLLM (snake_case) name; unknown keys are refused."""
+
+
+# ------------------------------------------------------------------------------------------- workload
+
+
+class ConfigMapKeyRef(Model):
+    """A key in a ConfigMap in the experiment's namespace."""
+
+    name: str = Field(min_length=1)
+    """ConfigMap name."""
+    key: str = Field(min_length=1)
+    """Key within the ConfigMap."""
+
+
+class SyntheticDataset(Model):
+    """Synthetic prompts of fixed lengths, each with a unique nonce prefix (no prefix-cache reuse)."""
+
+    type: Literal["synthetic"]
+    """`synthetic`."""
+    input_tokens: int = Field(default=512, ge=1, le=1_000_000)
+    """Prompt length in tokens."""
+    output_tokens: int = Field(default=256, ge=1, le=1_000_000)
+    """Requested output length in tokens."""
+
+
+class JsonlDataset(Model):
+    """Prompts from a JSONL file: one `{"prompt": ...}` or `{"messages": [...]}` per line, optional `category`."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(cel("has(self.configMap) != has(self.path)",
+                                          "a jsonl dataset needs exactly one of configMap or path"))
+    )
+
+    type: Literal["jsonl"]
+    """`jsonl`."""
+    config_map: ConfigMapKeyRef | None = None
+    """The ConfigMap key that holds the JSONL file (in a cluster)."""
+    path: str | None = Field(default=None, min_length=1)
+    """A local path to the JSONL file (for `specdecode run --local`; relative to the experiment file)."""
+
+
+class BuiltinDataset(Model):
+    """A prompt set shipped with specdecode."""
+
+    type: Literal["builtin"]
+    """`builtin`."""
+    name: Literal["mixed"] = "mixed"
+    """`mixed`: chat, code, summarisation and math prompts (acceptance differs by category)."""
+
+
+Dataset = Annotated[SyntheticDataset | JsonlDataset | BuiltinDataset, Field(discriminator="type")]
+
+
+class Sampling(Model):
+    """Sampling parameters of every request; greedy by default, so outputs can be compared."""
+
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    """Sampling temperature; 0 is greedy (needed for the output-equivalence check)."""
+    max_tokens: int = Field(default=256, ge=1, le=1_000_000)
+    """`max_tokens` of every request."""
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling threshold."""
+    ignore_eos: bool = True
+    """Ask the server to ignore EOS so both arms produce the same number of tokens."""
+
+
+class Stage(Model):
+    """One load level: open loop at `rate` requests/s, or closed loop at `concurrency`."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(cel("has(self.rate) != has(self.concurrency)",
+                                          "a stage needs exactly one of rate (open loop) or concurrency (closed loop)"))
+    )
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Stage name (a DNS label), unique within the experiment."""
+    rate: float | None = Field(default=None, gt=0, le=100_000)
+    """Open loop: requests per second."""
+    concurrency: int | None = Field(default=None, ge=1, le=100_000)
+    """Closed loop: requests in flight."""
+    requests: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Overrides `requestsPerStage` for this stage."""
+
+    @property
+    def is_open_loop(self) -> bool:
+        """Open loop (a rate) rather than closed loop (a concurrency)."""
+        return self.rate is not None
+
+    @property
+    def load_label(self) -> str:
+        """`4 req/s` or `concurrency 16`."""
+        return f"{self.rate:g} req/s" if self.rate is not None else f"concurrency {self.concurrency}"
+
+
+class Arrival(StrEnum):
+    """How intended send times are spaced in an open-loop stage."""
+
+    POISSON = "poisson"
+    """Exponential inter-arrival times (memoryless): the default, like real traffic."""
+    CONSTANT = "constant"
+    """Evenly spaced."""
+    GAMMA = "gamma"
+    """Gamma inter-arrival times with `burstiness` (< 1 burstier than Poisson, > 1 smoother)."""
+
+
+class WorkloadSpec(Model):
+    """The load both arms receive: the same prompts, on the same schedule, with the same seed."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(cel("self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
+                                          "stage names must be unique"))
+    )
+
+    dataset: Dataset = Field(default_factory=lambda: SyntheticDataset(type="synthetic"))
+    """Where prompts come from."""
+    sampling: Sampling = Field(default_factory=Sampling)
+    """Sampling parameters of every request."""
+    stages: list[Stage] = Field(min_length=1, max_length=32)
+    """Load levels, in order; both arms get each stage at the same time."""
+    arrival: Arrival = Arrival.POISSON
+    """Arrival process of open-loop stages."""
+    burstiness: float = Field(default=1.0, gt=0, le=100)
+    """Gamma shape for `arrival: gamma` (1 = Poisson)."""
+    requests_per_stage: int = Field(default=300, ge=1, le=1_000_000)
+    """Upper bound of measured requests per stage; sequential analysis may stop a stage earlier."""
+    warmup_requests: int = Field(default=20, ge=0, le=100_000)
+    """Warm-up requests before the first stage, with disjoint prompts; excluded from the analysis."""
+    request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
+    """A request that takes longer counts as an error (class `timeout`)."""
+
+
+# ------------------------------------------------------------------------------------------- analysis
+
+
+class PrimaryMetric(StrEnum):
+    """The metric whose speed-up decides the verdict."""
+
+    TPOT = "tpot"
+    """Time per output token after the first: the decode speed speculation is meant to improve."""
+    E2E = "e2e"
+    """End-to-end request latency."""
+    TTFT = "ttft"
+    """Time to first token."""
+    THROUGHPUT = "throughput"
+    """Output tokens per second over the stage."""
+
+
+class Guardrails(Model):
+    """Limits that block a promotion whatever the speed-up."""
+
+    max_ttft_regression: float | None = Field(default=0.10, ge=0, le=100)
+    """p90 TTFT may get worse by at most this fraction (0.10 = +10%); null disables."""
+    max_error_rate: float = Field(default=0.01, ge=0, le=1)
+    """Highest tolerated fraction of failed requests in the treatment arm."""
+    min_output_match: float = Field(default=0.99, ge=0, le=1)
+    """Lowest fraction of treatment outputs equal to the control's under greedy sampling (lossless check)."""
+    min_acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    """Lowest acceptable draft acceptance rate; null disables."""
+
+
+RequireStages = Literal["all", "any"] | list[str]
+
+
+class AnalysisSpec(Model):
+    """How the verdict is reached."""
+
+    primary_metric: PrimaryMetric = PrimaryMetric.TPOT
+    """The metric whose speed-up decides."""
+    min_speedup: float = Field(default=1.10, gt=0, le=100)
+    """Promote only if the lower confidence bound of the speed-up clears this (1.10 = 10% faster)."""
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    """Confidence level of the intervals, in (0, 1)."""
+    guardrails: Guardrails = Field(default_factory=Guardrails)
+    """Limits that block a promotion whatever the speed-up."""
+    require_stages: RequireStages = Field(
+        default="all", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    """`all`, `any`, or a list of stage names that must pass for Promote."""
+    sequential: bool = True
+    """Stop a stage early once its decision can no longer change (always-valid error guarantee)."""
+
+    @field_validator("require_stages")
+    @classmethod
+    def _non_empty(cls, value: RequireStages) -> RequireStages:
+        if isinstance(value, list) and not value:
+            raise ValueError("must name at least one stage (or be 'all' or 'any')")
+        return value
+
+
+# --------------------------------------------------------------------------------------- the rest
+
+
+class PrometheusSpec(Model):
+    """Where the operator reads server-side metrics."""
+
+    url: str = Field(min_length=1, pattern=r"^https?://")
+    """Prometheus base URL, e.g. http://prometheus-operated.monitoring:9090."""
+
+
+_DURATION = re.compile(r"^(\d+h)?(\d+m)?(\d+s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """`1h30m`, `90s`, `2h` -> seconds."""
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(f"{text!r} is not a duration like 30m, 2h or 1h30m")
+    hours, minutes, seconds = (int(g[:-1]) if g else 0 for g in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+Duration = Annotated[str, Field(pattern=r"^(\d+h)?(\d+m)?(\d+s)?$", min_length=2)]
+
+
+class Deadlines(Model):
+    """Time limits; passing one ends the experiment Failed (never with a verdict)."""
+
+    deploy: Duration = "30m"
+    """From creation until both arms are Ready (model download and loading included)."""
+    run: Duration = "2h"
+    """From the start of the load until the verdict."""
+
+    @property
+    def deploy_seconds(self) -> float:
+        """`deploy` in seconds."""
+        return parse_duration(self.deploy)
+
+    @property
+    def run_seconds(self) -> float:
+        """`run` in seconds."""
+        return parse_duration(self.run)
+
+
+class Cleanup(StrEnum):
+    """What happens to the arms' Deployments once the experiment ends."""
+
+    ALWAYS = "Always"
+    """Delete them whatever the outcome (frees the GPUs)."""
+    ON_SUCCESS = "OnSuccess"
+    """Delete them when Completed; keep them after a failure for debugging."""
+    NEVER = "Never"
+    """Keep them."""
+
+
+class ExperimentSpec(Model):
+    """`spec` of a SpecDecodeExperiment."""
+
+    model: str = Field(min_length=1)
+    """Target model: a Hugging Face id or a path inside the image or a volume."""
+    model_revision: str = ""
+    """Target model revision (recorded in status)."""
+    served_model_name: str = ""
+    """Name the arms serve the model under (default: `model`)."""
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    """The engine shared by both arms."""
+    speculative: SpeculativeSpec
+    """The speculative config of the treatment arm."""
+    workload: WorkloadSpec
+    """The load both arms receive."""
+    analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
+    """How the verdict is reached."""
+    prometheus: PrometheusSpec | None = None
+    """Where server-side metrics are read (operator: required unless it has a default; local: optional)."""
+    deadlines: Deadlines = Field(default_factory=Deadlines)
+    """Time limits."""
+    cleanup: Cleanup = Cleanup.ALWAYS
+    """What happens to the arms once the experiment ends."""
+
+    @property
+    def served_name(self) -> str:
+        """The name requests use as `model`."""
+        return self.served_model_name or self.model
+
+    def stage_requests(self, stage: Stage) -> int:
+        """Measured requests of one stage (its own bound or `requestsPerStage`)."""
+        return stage.requests if stage.requests is not None else self.workload.requests_per_stage
+
+
+class Arm(StrEnum):
+    """The two arms of an experiment."""
+
+    CONTROL = "control"
+    """vLLM without speculative decoding."""
+    TREATMENT = "treatment"
+    """vLLM with `--speculative-config`."""

@@ -1,0 +1,289 @@
+"""The `SpecDecodeExperiment` status: phases, verdicts and the measured results.
+
+This is also the schema of `result.json` written by `specdecode run --local` (design.md §4), so
+a pipeline reads the same fields from a cluster and from a laptop. Latencies are milliseconds,
+rates per second, ratios plain numbers (1.31 = 31% faster).
+
+Owned fields: the operator's reconcile loop is the only writer of `phase` (style.md §3); the
+verdict module fills `stages`, `verdict`, `reason`, `message` and `recommendation`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class StatusModel(BaseModel):
+    """Base of the status models: camelCase on the wire; tolerant of fields written by newer versions."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON-ready dict with camelCase keys and no nulls."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Phase(StrEnum):
+    """Where an experiment is in its life."""
+
+    PENDING = "Pending"
+    """Accepted, nothing deployed yet."""
+    DEPLOYING = "Deploying"
+    """The arms are being created and are not Ready yet."""
+    RUNNING = "Running"
+    """Both arms are Ready and the load is running."""
+    ANALYZING = "Analyzing"
+    """The load finished; results are being collected and judged."""
+    COMPLETED = "Completed"
+    """Measured and decided: `verdict` is set."""
+    FAILED = "Failed"
+    """Could not measure (invalid spec, infrastructure failure, deadline): no verdict."""
+
+    @property
+    def is_terminal(self) -> bool:
+        """Nothing more will happen for this generation."""
+        return self in {Phase.COMPLETED, Phase.FAILED}
+
+    @property
+    def is_active(self) -> bool:
+        """The reconcile loop still has work to do."""
+        return not self.is_terminal
+
+
+class Verdict(StrEnum):
+    """The answer to "does speculative decoding make this faster?" (set only when Completed)."""
+
+    PROMOTE = "Promote"
+    """Faster by at least `minSpeedup` with confidence where required, and no guardrail failed."""
+    REJECT = "Reject"
+    """Surely not fast enough somewhere required, or a guardrail surely failed."""
+    INCONCLUSIVE = "Inconclusive"
+    """Too little evidence either way; never promoted."""
+
+    @property
+    def promotes(self) -> bool:
+        """Only Promote gates a rollout open."""
+        return self is Verdict.PROMOTE
+
+
+class StageVerdict(StrEnum):
+    """The outcome of one load stage."""
+
+    PASS = "Pass"
+    """Speed-up lower bound ≥ minSpeedup and no guardrail failed."""
+    FAIL = "Fail"
+    """Speed-up upper bound < minSpeedup, or a guardrail surely failed."""
+    INCONCLUSIVE = "Inconclusive"
+    """Neither, or too little valid data."""
+
+
+class Condition(StatusModel):
+    """A kstatus-style condition."""
+
+    type: str
+    """Ready, Reconciling, Stalled, Completed or Promoted."""
+    status: str
+    """"True", "False" or "Unknown"."""
+    reason: str = ""
+    """CamelCase machine reason."""
+    message: str = ""
+    """One human line."""
+    observed_generation: int | None = None
+    """The generation this condition was computed for."""
+    last_transition_time: str | None = None
+    """RFC 3339 time of the last status change."""
+
+
+class ArmRef(StatusModel):
+    """The child Deployment of one arm."""
+
+    deployment: str = ""
+    """Deployment name."""
+    ready_replicas: int = 0
+    """Ready replicas."""
+    url: str | None = None
+    """Where the load reached it."""
+
+
+class Arms(StatusModel):
+    """Both arms' children."""
+
+    control: ArmRef = Field(default_factory=ArmRef)
+    """The arm without speculative decoding."""
+    treatment: ArmRef = Field(default_factory=ArmRef)
+    """The arm with speculative decoding."""
+
+
+class Environment(StatusModel):
+    """Provenance: what was actually measured."""
+
+    image: str | None = None
+    """Engine image."""
+    image_digest: str | None = None
+    """Engine image digest, as the kubelet resolved it."""
+    gpu_product: str | None = None
+    """GPU product label of the nodes."""
+    nodes: list[str] = Field(default_factory=list)
+    """Nodes the arms ran on."""
+    vllm_version: str | None = None
+    """`/version` of the engine."""
+    model_revision: str | None = None
+    """Target model revision."""
+    draft_model: str | None = None
+    """Draft model (or method, for model-free methods)."""
+    simulator: dict[str, Any] | None = None
+    """Simulator parameters, when the arms were simulated."""
+
+
+class ArmSummary(StatusModel):
+    """One arm's measurements in one stage (client side, warm-up excluded)."""
+
+    requests: int = 0
+    """Requests sent."""
+    errors: int = 0
+    """Requests that failed."""
+    ttft_p50: float | None = None
+    """Time to first token, median, ms."""
+    ttft_p90: float | None = None
+    """Time to first token, p90, ms."""
+    ttft_p99: float | None = None
+    """Time to first token, p99, ms."""
+    tpot_p50: float | None = None
+    """Time per output token, median, ms."""
+    tpot_p90: float | None = None
+    """Time per output token, p90, ms."""
+    tpot_p99: float | None = None
+    """Time per output token, p99, ms."""
+    e2e_p50: float | None = None
+    """End-to-end latency, median, ms."""
+    e2e_p90: float | None = None
+    """End-to-end latency, p90, ms."""
+    e2e_p99: float | None = None
+    """End-to-end latency, p99, ms."""
+    output_tokens_per_second: float | None = None
+    """Output tokens per second over the stage's measured window."""
+
+
+class Speedup(StatusModel):
+    """Control over treatment for the primary metric (> 1 means speculation is faster)."""
+
+    metric: str
+    """tpot, e2e, ttft or throughput."""
+    estimate: float | None = None
+    """Point estimate."""
+    ci_low: float | None = None
+    """Lower confidence bound."""
+    ci_high: float | None = None
+    """Upper confidence bound."""
+    p_value: float | None = None
+    """p-value of "no speed-up at minSpeedup"."""
+    n: int = 0
+    """Pairs used."""
+
+
+class Acceptance(StatusModel):
+    """Draft acceptance of the treatment arm, and where each estimate came from."""
+
+    rate: float | None = None
+    """Accepted / proposed draft tokens."""
+    mean_length: float | None = None
+    """Tokens per verify step, bonus token included."""
+    per_position: list[float] = Field(default_factory=list)
+    """Acceptance rate at each draft position."""
+    source: str | None = None
+    """Where `rate` came from: prometheus, perRequest or clientProxy."""
+    sources: dict[str, float] = Field(default_factory=dict)
+    """The rate estimated each available way."""
+    agreement: bool | None = None
+    """Whether the available estimates agree."""
+
+
+class StageResult(StatusModel):
+    """Results and verdict of one load stage."""
+
+    name: str
+    """Stage name."""
+    load: str | None = None
+    """`4 req/s` or `concurrency 16`."""
+    control: ArmSummary = Field(default_factory=ArmSummary)
+    """The control arm."""
+    treatment: ArmSummary = Field(default_factory=ArmSummary)
+    """The treatment arm."""
+    speedup: Speedup | None = None
+    """Speed-up of the primary metric."""
+    acceptance: Acceptance | None = None
+    """Draft acceptance."""
+    output_match: float | None = None
+    """Fraction of paired outputs that are identical."""
+    verdict: StageVerdict = StageVerdict.INCONCLUSIVE
+    """Pass, Fail or Inconclusive."""
+    reasons: list[str] = Field(default_factory=list)
+    """Why: one short line per finding (guardrails, evidence)."""
+    stopped_early: bool = False
+    """Sequential analysis ended the stage before `requestsPerStage`."""
+
+
+class Recommendation(StatusModel):
+    """Where speculation stops paying, as a vLLM setting."""
+
+    beneficial_up_to: str | None = None
+    """The highest load stage at which speculation still passes."""
+    num_speculative_tokens_per_batch_size: list[list[int]] | None = None
+    """A vLLM `num_speculative_tokens_per_batch_size` schedule that turns speculation off beyond it."""
+    note: str | None = None
+    """One line of explanation."""
+
+
+class ResultsRef(StatusModel):
+    """Where the full per-request results and the report are stored."""
+
+    config_map: str | None = None
+    """ConfigMap (cluster) holding the report and the index of result chunks."""
+    directory: str | None = None
+    """Directory (local run)."""
+
+
+class ExperimentStatus(StatusModel):
+    """`status` of a SpecDecodeExperiment, and the body of `result.json`."""
+
+    observed_generation: int | None = None
+    """The spec generation this status describes; a verdict is bound to it."""
+    phase: Phase = Phase.PENDING
+    """Pending, Deploying, Running, Analyzing, Completed or Failed."""
+    verdict: Verdict | None = None
+    """Promote, Reject or Inconclusive (only when Completed)."""
+    reason: str | None = None
+    """CamelCase machine reason of the phase or verdict."""
+    message: str | None = None
+    """One human line."""
+    speedup_summary: str | None = None
+    """Primary-metric speed-up per stage in one line (printer column)."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """kstatus conditions (Ready, Reconciling, Stalled) plus Completed and Promoted."""
+    started_at: str | None = None
+    """When the load started (RFC 3339)."""
+    completed_at: str | None = None
+    """When the experiment ended (RFC 3339)."""
+    phase_started_at: str | None = None
+    """When the current phase began (RFC 3339); deadlines count from here."""
+    arms: Arms | None = None
+    """Both arms' children."""
+    environment: Environment | None = None
+    """Provenance."""
+    stages: list[StageResult] = Field(default_factory=list)
+    """Per-stage results."""
+    recommendation: Recommendation | None = None
+    """Where speculation stops paying."""
+    validity: dict[str, Any] | None = None
+    """The load generator's own health (schedule lag, loop lag, client CPU)."""
+    results_ref: ResultsRef | None = None
+    """Where the full results are."""
