@@ -287,7 +287,7 @@ class JsonlDataset(Model):
     """Prompts from a JSONL file: one `{"prompt": ...}` or `{"messages": [...]}` per line, optional `category`."""
 
     model_config = ConfigDict(
-        json_schema_extra=_cel_extra(cel("has(self.configMap) != has(self.path)",
+        json_schema_extra=_cel_extra(cel("self.type != 'jsonl' || has(self.configMap) != has(self.path)",
                                           "a jsonl dataset needs exactly one of configMap or path"))
     )
 
