@@ -25,13 +25,31 @@ from specdecode.experiment import spec, status
 _DROP = {"title", "discriminator"}
 
 PRINTER_COLUMNS = [
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Where the experiment is."},
-    {"name": "Verdict", "type": "string", "jsonPath": ".status.verdict",
-     "description": "Promote, Reject or Inconclusive (when Completed)."},
-    {"name": "Speedup", "type": "string", "jsonPath": ".status.speedupSummary",
-     "description": "Primary-metric speed-up per stage."},
-    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1,
-     "description": "Machine reason of the phase or verdict."},
+    {
+        "name": "Phase",
+        "type": "string",
+        "jsonPath": ".status.phase",
+        "description": "Where the experiment is.",
+    },
+    {
+        "name": "Verdict",
+        "type": "string",
+        "jsonPath": ".status.verdict",
+        "description": "Promote, Reject or Inconclusive (when Completed).",
+    },
+    {
+        "name": "Speedup",
+        "type": "string",
+        "jsonPath": ".status.speedupSummary",
+        "description": "Primary-metric speed-up per stage.",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.reason",
+        "priority": 1,
+        "description": "Machine reason of the phase or verdict.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -64,8 +82,11 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     variants = node.pop("anyOf", None) or node.pop("oneOf", None)
     if variants is not None:
         non_null = [v for v in variants if v.get("type") != "null"]
-        base = _merge_variants([_convert(v, defs) for v in non_null], defs) if len(non_null) > 1 else (
-            _convert(non_null[0], defs))
+        base = (
+            _merge_variants([_convert(v, defs) for v in non_null], defs)
+            if len(non_null) > 1
+            else (_convert(non_null[0], defs))
+        )
         for key, value in node.items():
             if key not in _DROP:
                 base[key] = value
@@ -99,7 +120,11 @@ def _merge_variants(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dic
             # no defaults inside a union: the API server would add one variant's fields to another's
             properties.setdefault(name, {k: v for k, v in sub.items() if k != "default"})
         rules.extend(variant.get("x-kubernetes-validations", []))
-    properties["type"] = {"type": "string", "enum": tags, "description": "Which kind: " + ", ".join(tags) + "."}
+    properties["type"] = {
+        "type": "string",
+        "enum": tags,
+        "description": "Which kind: " + ", ".join(tags) + ".",
+    }
     merged: dict[str, Any] = {"type": "object", "properties": properties, "required": ["type"]}
     if rules:
         merged["x-kubernetes-validations"] = rules
@@ -152,11 +177,13 @@ def build_crd() -> dict[str, Any]:
             "spec": spec_schema,
             "status": status_schema,
         },
-        "x-kubernetes-validations": [{
-            "rule": f"self.metadata.name.size() <= {spec.MAX_NAME_LENGTH}",
-            "message": f"metadata.name must be at most {spec.MAX_NAME_LENGTH} characters so that the arms' "
-                       "names (<name>-treatment) stay DNS labels",
-        }],
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.metadata.name.size() <= {spec.MAX_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {spec.MAX_NAME_LENGTH} characters so that the arms' "
+                "names (<name>-treatment) stay DNS labels",
+            }
+        ],
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -173,14 +200,16 @@ def build_crd() -> dict[str, Any]:
                 "categories": ["all"],
             },
             "scope": "Namespaced",
-            "versions": [{
-                "name": spec.API_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
-                "schema": {"openAPIV3Schema": root},
-            }],
+            "versions": [
+                {
+                    "name": spec.API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
         },
     }
 

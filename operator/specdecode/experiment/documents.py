@@ -90,7 +90,12 @@ def load_experiment(path: Path) -> Experiment:
         raise validation.InvalidSpecError([validation.Problem("", p) for p in report.problems])
     if len(report.experiments) != 1:
         raise validation.InvalidSpecError(
-            [validation.Problem(str(path), f"holds {len(report.experiments)} experiments; give a file with one")])
+            [
+                validation.Problem(
+                    str(path), f"holds {len(report.experiments)} experiments; give a file with one"
+                )
+            ]
+        )
     return report.experiments[0]
 
 

@@ -13,7 +13,9 @@ speculative-config problem: the user sees everything in one run.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,18 +27,42 @@ from specdecode.experiment import simprofiles, spec
 
 # vLLM 0.33 SpeculativeConfig fields a user may set through `speculative.extra` (reference §1.2),
 # minus the ones that have a typed field of their own here and the engine-internal ones.
-SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset({
-    "enforce_eager", "quantization", "revision", "code_revision", "max_model_len", "draft_load_config",
-    "moe_backend", "attention_backend", "kv_cache_dtype", "index_share_for_mtp_iteration",
-    "disable_padded_drafter_batch", "disable_eagle_block_drop", "disable_lookahead_block_hashes",
-    "draft_lm_head_quantization", "use_local_argmax_reduction", "use_heterogeneous_vocab",
-    "parallel_drafting", "num_speculative_tokens_per_batch_size",
-    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
-    "rejection_sample_method", "draft_sample_method", "synthetic_acceptance_rates",
-    "synthetic_acceptance_length", "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k",
-    "enable_adaptive_verification", "dspark_draft_topk", "xpress_topc",
-})
+SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
+    {
+        "enforce_eager",
+        "quantization",
+        "revision",
+        "code_revision",
+        "max_model_len",
+        "draft_load_config",
+        "moe_backend",
+        "attention_backend",
+        "kv_cache_dtype",
+        "index_share_for_mtp_iteration",
+        "disable_padded_drafter_batch",
+        "disable_eagle_block_drop",
+        "disable_lookahead_block_hashes",
+        "draft_lm_head_quantization",
+        "use_local_argmax_reduction",
+        "use_heterogeneous_vocab",
+        "parallel_drafting",
+        "num_speculative_tokens_per_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "rejection_sample_method",
+        "draft_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "fly_window_size",
+        "fly_entropy_threshold",
+        "fly_entropy_top_k",
+        "enable_adaptive_verification",
+        "dspark_draft_topk",
+        "xpress_topc",
+    }
+)
 
 # SpeculativeConfig keys that have a typed field: hint the user towards it.
 TYPED_SPECULATIVE_KEYS: dict[str, str] = {
@@ -137,7 +163,9 @@ def parse_experiment(document: Any, *, source: str = "") -> tuple[spec.Experimen
 def check_document(document: Any) -> list[Problem]:
     """Every problem of a whole resource, in document order."""
     if not isinstance(document, Mapping):
-        return [Problem("(document)", f"expected a mapping (a Kubernetes resource), got {_kind_of(document)}")]
+        return [
+            Problem("(document)", f"expected a mapping (a Kubernetes resource), got {_kind_of(document)}")
+        ]
     problems: list[Problem] = []
     api_version = document.get("apiVersion")
     expected = f"{spec.API_GROUP}/{spec.API_VERSION}"
@@ -166,11 +194,21 @@ def check_name(name: Any) -> list[Problem]:
         return [Problem("metadata.name", "is required")]
     problems = []
     if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
-        problems.append(Problem("metadata.name", f"{name!r} must be a DNS-1035 label (lower-case letters, digits "
-                                "and '-', starting with a letter), because the arms' Services are named after it"))
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"{name!r} must be a DNS-1035 label (lower-case letters, digits "
+                "and '-', starting with a letter), because the arms' Services are named after it",
+            )
+        )
     if len(name) > spec.MAX_NAME_LENGTH:
-        problems.append(Problem("metadata.name", f"is {len(name)} characters; at most {spec.MAX_NAME_LENGTH} "
-                                f"so that '{name[:20]}...-treatment' stays a 63-character DNS label"))
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"is {len(name)} characters; at most {spec.MAX_NAME_LENGTH} "
+                f"so that '{name[:20]}...-treatment' stays a 63-character DNS label",
+            )
+        )
     return problems
 
 
@@ -183,7 +221,7 @@ def check_spec(raw: Any) -> list[Problem]:
     except ValidationError as exc:
         problems = translate(exc, prefix="spec", model=spec.ExperimentSpec)
         reported = {problem.path for problem in problems}
-        return problems + [p for p in _semantic_on_sections(raw) if p.path not in reported]
+        return problems + [p for p in _semantic_on_sections(raw) if not _overlaps(p.path, reported)]
     return semantic_problems(parsed)
 
 
@@ -218,20 +256,50 @@ def _semantic_on_sections(raw: Mapping[str, Any]) -> list[Problem]:
 
 
 def _parse_section(model: type[_M], raw: Any) -> _M | None:
-    """Parse one section leniently: fields that fail are dropped (their errors are already reported),
+    """Parse one section leniently: values that fail are dropped (their errors are already reported),
     so the rest of the section still gets its semantic checks."""
     if not isinstance(raw, Mapping):
         return None
-    current = dict(raw)
-    for _ in range(len(current) + 1):
+    current: Any = copy.deepcopy(dict(raw))
+    for _ in range(50):
         try:
             return model.model_validate(current)
         except ValidationError as exc:
-            broken = {err["loc"][0] for err in exc.errors() if err["loc"] and err["type"] != "missing"}
-            if not broken & current.keys():
+            dropped = [
+                _drop(current, [p for p in err["loc"] if not _is_union_tag(p)])
+                for err in exc.errors()
+                if err["type"] != "missing"
+            ]
+            if not any(dropped):
                 return None
-            current = {k: v for k, v in current.items() if k not in broken}
     return None
+
+
+def _drop(tree: Any, loc: Sequence[str | int]) -> bool:
+    """Delete the mapping key at `loc` (the failing value); False when there is none to delete."""
+    for part in loc[:-1]:
+        tree = _child(tree, part)
+        if tree is None:
+            return False
+    if loc and isinstance(tree, dict) and loc[-1] in tree:
+        del tree[loc[-1]]
+        return True
+    return False
+
+
+def _child(tree: Any, part: str | int) -> Any:
+    if isinstance(tree, Mapping):
+        return tree.get(part)
+    if isinstance(tree, list) and isinstance(part, int) and part < len(tree):
+        return tree[part]
+    return None
+
+
+def _overlaps(path: str, reported: set[str]) -> bool:
+    return any(
+        path == r or r.startswith(path + ".") or r.startswith(path + "[") or path.startswith(r + ".")
+        for r in reported
+    )
 
 
 # ------------------------------------------------------------------------------------- the rules
@@ -243,32 +311,68 @@ def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> lis
     problems: list[Problem] = []
     method = sp.method
     if method.is_deprecated_mtp_alias:
-        problems.append(Problem(f"{path}.method", f"{method.value!r} is deprecated in vLLM 0.33 and replaced by "
-                                "'mtp'; write method: mtp"))
+        problems.append(
+            Problem(
+                f"{path}.method",
+                f"{method.value!r} is deprecated in vLLM 0.33 and replaced by 'mtp'; write method: mtp",
+            )
+        )
     if sp.num_speculative_tokens is None and not method.k_has_default:
-        problems.append(Problem(f"{path}.numSpeculativeTokens", f"is required for method {method.value!r} "
-                                "(vLLM: num_speculative_tokens must be provided); set it to k > 0, e.g. 4"))
+        problems.append(
+            Problem(
+                f"{path}.numSpeculativeTokens",
+                f"is required for method {method.value!r} "
+                "(vLLM: num_speculative_tokens must be provided); set it to k > 0, e.g. 4",
+            )
+        )
     if method.needs_draft_model and not sp.model:
-        problems.append(Problem(f"{path}.model", f"is required for method {method.value!r}: name the draft "
-                                "model or head (vLLM: num_speculative_tokens was provided but without "
-                                "speculative model)"))
-    if method is spec.SpeculativeMethod.CUSTOM_CLASS and sp.model and ("." not in sp.model or "/" in sp.model):
-        problems.append(Problem(f"{path}.model", "custom_class needs a dotted import path of the proposer, "
-                                "e.g. my_module.MyProposer"))
+        problems.append(
+            Problem(
+                f"{path}.model",
+                f"is required for method {method.value!r}: name the draft "
+                "model or head (vLLM: num_speculative_tokens was provided but without "
+                "speculative model)",
+            )
+        )
+    if (
+        method is spec.SpeculativeMethod.CUSTOM_CLASS
+        and sp.model
+        and ("." not in sp.model or "/" in sp.model)
+    ):
+        problems.append(
+            Problem(
+                f"{path}.model",
+                "custom_class needs a dotted import path of the proposer, e.g. my_module.MyProposer",
+            )
+        )
     lookup_set = sp.prompt_lookup_min is not None or sp.prompt_lookup_max is not None
     if lookup_set and not method.is_ngram:
         field = "promptLookupMin" if sp.prompt_lookup_min is not None else "promptLookupMax"
-        problems.append(Problem(f"{path}.{field}", f"only applies to ngram methods, not {method.value!r}; "
-                                "remove it"))
-    if (sp.prompt_lookup_min is not None and sp.prompt_lookup_max is not None
-            and sp.prompt_lookup_min > sp.prompt_lookup_max):
-        problems.append(Problem(f"{path}.promptLookupMin", f"must be <= promptLookupMax (vLLM: prompt_lookup_min="
-                                f"{sp.prompt_lookup_min} must be <= prompt_lookup_max={sp.prompt_lookup_max})"))
+        problems.append(
+            Problem(f"{path}.{field}", f"only applies to ngram methods, not {method.value!r}; remove it")
+        )
+    if (
+        sp.prompt_lookup_min is not None
+        and sp.prompt_lookup_max is not None
+        and sp.prompt_lookup_min > sp.prompt_lookup_max
+    ):
+        problems.append(
+            Problem(
+                f"{path}.promptLookupMin",
+                f"must be <= promptLookupMax (vLLM: prompt_lookup_min="
+                f"{sp.prompt_lookup_min} must be <= prompt_lookup_max={sp.prompt_lookup_max})",
+            )
+        )
     if sp.draft_tensor_parallel_size is not None:
         allowed = {1, target_tp or 1}
         if sp.draft_tensor_parallel_size not in allowed:
-            problems.append(Problem(f"{path}.draftTensorParallelSize", f"must be 1 or the target's tensor parallel "
-                                    f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}"))
+            problems.append(
+                Problem(
+                    f"{path}.draftTensorParallelSize",
+                    f"must be 1 or the target's tensor parallel "
+                    f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}",
+                )
+            )
     problems.extend(_check_extra(sp))
     return problems
 
@@ -282,23 +386,39 @@ def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
         if normalized in SPECULATIVE_KEY_TRAPS:
             problems.append(Problem(f"{path}.{key}", SPECULATIVE_KEY_TRAPS[normalized]))
         elif normalized in TYPED_SPECULATIVE_KEYS:
-            problems.append(Problem(f"{path}.{key}", f"has a typed field: set {TYPED_SPECULATIVE_KEYS[normalized]}"))
+            problems.append(
+                Problem(f"{path}.{key}", f"has a typed field: set {TYPED_SPECULATIVE_KEYS[normalized]}")
+            )
         elif normalized not in SPECULATIVE_EXTRA_KEYS:
-            problems.append(Problem(f"{path}.{key}", "is not a vLLM 0.33 SpeculativeConfig field"
-                                    + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS)))
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    "is not a vLLM 0.33 SpeculativeConfig field"
+                    + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS),
+                )
+            )
     extra = {key.replace("-", "_"): value for key, value in sp.extra.items()}
     method = sp.method.value
     rejection = extra.get("rejection_sample_method", "standard")
     if rejection not in ("standard", "synthetic", "block", "fly"):
-        problems.append(Problem(f"{path}.rejection_sample_method",
-                                "must be one of standard, synthetic, block, fly (standard is lossless)"))
+        problems.append(
+            Problem(
+                f"{path}.rejection_sample_method",
+                "must be one of standard, synthetic, block, fly (standard is lossless)",
+            )
+        )
     if extra.get("draft_sample_method", "greedy") not in ("greedy", "probabilistic"):
         problems.append(Problem(f"{path}.draft_sample_method", "must be greedy or probabilistic"))
     rates, length = extra.get("synthetic_acceptance_rates"), extra.get("synthetic_acceptance_length")
     if rejection == "synthetic":
         if (rates is None) == (length is None):
-            problems.append(Problem(f"{path}.rejection_sample_method", "synthetic needs exactly one of "
-                                    "synthetic_acceptance_rates or synthetic_acceptance_length"))
+            problems.append(
+                Problem(
+                    f"{path}.rejection_sample_method",
+                    "synthetic needs exactly one of "
+                    "synthetic_acceptance_rates or synthetic_acceptance_length",
+                )
+            )
         problems.extend(_check_synthetic(path, rates, length, k))
     elif rates is not None or length is not None:
         key = "synthetic_acceptance_rates" if rates is not None else "synthetic_acceptance_length"
@@ -308,26 +428,42 @@ def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
             problems.append(Problem("spec.speculative.numSpeculativeTokens", "FLy needs at least 2"))
         window = extra.get("fly_window_size")
         if isinstance(window, int) and window >= k:
-            problems.append(Problem(f"{path}.fly_window_size", f"must be smaller than numSpeculativeTokens ({k})"))
+            problems.append(
+                Problem(f"{path}.fly_window_size", f"must be smaller than numSpeculativeTokens ({k})")
+            )
     if extra.get("use_heterogeneous_vocab"):
         if method != "draft_model":
             problems.append(Problem(f"{path}.use_heterogeneous_vocab", "only works with method: draft_model"))
         if extra.get("draft_sample_method") == "probabilistic":
-            problems.append(Problem(f"{path}.use_heterogeneous_vocab", "only supports greedy draft sampling; "
-                                    "remove draft_sample_method: probabilistic"))
+            problems.append(
+                Problem(
+                    f"{path}.use_heterogeneous_vocab",
+                    "only supports greedy draft sampling; remove draft_sample_method: probabilistic",
+                )
+            )
     if extra.get("index_share_for_mtp_iteration") is not None and method != "mtp":
-        problems.append(Problem(f"{path}.index_share_for_mtp_iteration", "is only supported with method: mtp"))
+        problems.append(
+            Problem(f"{path}.index_share_for_mtp_iteration", "is only supported with method: mtp")
+        )
     if extra.get("draft_lm_head_quantization") is not None:
         if method not in ("eagle", "eagle3", "mtp"):
-            problems.append(Problem(f"{path}.draft_lm_head_quantization",
-                                    f"is not supported for method {method!r} (only eagle, eagle3, mtp)"))
+            problems.append(
+                Problem(
+                    f"{path}.draft_lm_head_quantization",
+                    f"is not supported for method {method!r} (only eagle, eagle3, mtp)",
+                )
+            )
         elif extra["draft_lm_head_quantization"] not in ("fp8", "nvfp4"):
             problems.append(Problem(f"{path}.draft_lm_head_quantization", "must be fp8 or nvfp4"))
     if extra.get("enable_adaptive_verification") and method != "dspark":
         problems.append(Problem(f"{path}.enable_adaptive_verification", "is dspark only"))
     if "num_speculative_tokens_per_batch_size" in extra:
-        problems.extend(check_batch_schedule(extra["num_speculative_tokens_per_batch_size"],
-                                             path=f"{path}.num_speculative_tokens_per_batch_size"))
+        problems.extend(
+            check_batch_schedule(
+                extra["num_speculative_tokens_per_batch_size"],
+                path=f"{path}.num_speculative_tokens_per_batch_size",
+            )
+        )
     return problems
 
 
@@ -340,20 +476,26 @@ def _check_synthetic(path: str, rates: Any, length: Any, k: int | None) -> list[
             problems.append(Problem(f"{path}.synthetic_acceptance_rates", f"must have length k = {k}"))
         if any(not 0 <= r <= 1 for r in rates):
             problems.append(Problem(f"{path}.synthetic_acceptance_rates", "entries must be in [0, 1]"))
-        if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
+        if any(b > a for a, b in itertools.pairwise(rates)):
             problems.append(Problem(f"{path}.synthetic_acceptance_rates", "must be non-increasing"))
     if length is not None:
         if not isinstance(length, int | float):
             problems.append(Problem(f"{path}.synthetic_acceptance_length", "must be a number"))
         elif k is not None and not 1 <= length <= k + 1:
-            problems.append(Problem(f"{path}.synthetic_acceptance_length", f"must be in [1, k+1] = [1, {k + 1}]"))
+            problems.append(
+                Problem(f"{path}.synthetic_acceptance_length", f"must be in [1, k+1] = [1, {k + 1}]")
+            )
     return problems
 
 
 def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
     """vLLM's `num_speculative_tokens_per_batch_size` rules (reference §1.6)."""
     if not isinstance(schedule, list) or not schedule:
-        return [Problem(path, "must be a non-empty list of [start, end, k] entries, e.g. [[1, 32, 4], [33, 4096, 0]]")]
+        return [
+            Problem(
+                path, "must be a non-empty list of [start, end, k] entries, e.g. [[1, 32, 4], [33, 4096, 0]]"
+            )
+        ]
     problems: list[Problem] = []
     previous_end = 0
     for i, entry in enumerate(schedule):
@@ -380,8 +522,12 @@ def check_engine(engine: spec.EngineSpec) -> list[Problem]:
     for i, arg in enumerate(engine.args):
         flag = owned_flag(arg)
         if flag is not None:
-            problems.append(Problem(f"spec.engine.args[{i}]", f"{arg!r} is owned by the operator: "
-                                    f"{OWNED_FLAGS[flag]}; remove it"))
+            problems.append(
+                Problem(
+                    f"spec.engine.args[{i}]",
+                    f"{arg!r} is owned by the operator: {OWNED_FLAGS[flag]}; remove it",
+                )
+            )
     tp = target_tensor_parallel(engine.args)
     if tp is not None and tp < 1:
         problems.append(Problem("spec.engine.args", "--tensor-parallel-size must be a positive integer"))
@@ -389,8 +535,13 @@ def check_engine(engine: spec.EngineSpec) -> list[Problem]:
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(Problem("spec.engine.env", f"{dup!r} is set more than once"))
     if engine.simulator is not None and engine.simulator.profile not in simprofiles.PROFILES:
-        problems.append(Problem("spec.engine.simulator.profile", f"unknown profile {engine.simulator.profile!r}; "
-                                f"known: {', '.join(sorted(simprofiles.PROFILES))}"))
+        problems.append(
+            Problem(
+                "spec.engine.simulator.profile",
+                f"unknown profile {engine.simulator.profile!r}; "
+                f"known: {', '.join(sorted(simprofiles.PROFILES))}",
+            )
+        )
     return problems
 
 
@@ -403,10 +554,16 @@ def check_gpus(engine: spec.EngineSpec) -> list[Problem]:
     try:
         count = int(gpus) if gpus is not None else None
     except ValueError:
-        return [Problem("spec.engine.resources.limits.nvidia.com/gpu", f"must be a whole number, got {gpus!r}")]
+        return [
+            Problem("spec.engine.resources.limits.nvidia.com/gpu", f"must be a whole number, got {gpus!r}")
+        ]
     if count is not None and count < tp:
-        return [Problem("spec.engine.resources.limits.nvidia.com/gpu", f"is {count} but --tensor-parallel-size is "
-                        f"{tp}; each arm needs at least {tp} GPUs")]
+        return [
+            Problem(
+                "spec.engine.resources.limits.nvidia.com/gpu",
+                f"is {count} but --tensor-parallel-size is {tp}; each arm needs at least {tp} GPUs",
+            )
+        ]
     return []
 
 
@@ -417,15 +574,24 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
     for i, stage in enumerate(workload.stages):
         where = f"spec.workload.stages[{i}]"
         if (stage.rate is None) == (stage.concurrency is None):
-            problems.append(Problem(where, "needs exactly one of rate (open loop, requests/s) or concurrency "
-                                    "(closed loop)"))
+            problems.append(
+                Problem(
+                    where, "needs exactly one of rate (open loop, requests/s) or concurrency (closed loop)"
+                )
+            )
         if stage.name in seen:
-            problems.append(Problem(f"{where}.name", f"{stage.name!r} is used by an earlier stage; names must be unique"))
+            problems.append(
+                Problem(f"{where}.name", f"{stage.name!r} is used by an earlier stage; names must be unique")
+            )
         seen.add(stage.name)
     dataset = workload.dataset
     if isinstance(dataset, spec.JsonlDataset) and (dataset.config_map is None) == (dataset.path is None):
-        problems.append(Problem("spec.workload.dataset", "a jsonl dataset needs exactly one of configMap "
-                                "(in a cluster) or path (local runs)"))
+        problems.append(
+            Problem(
+                "spec.workload.dataset",
+                "a jsonl dataset needs exactly one of configMap (in a cluster) or path (local runs)",
+            )
+        )
     if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
         problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
     return problems
@@ -438,7 +604,8 @@ def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> 
     names = [stage.name for stage in workload.stages]
     return [
         Problem(f"spec.analysis.requireStages[{i}]", f"{name!r} is not a stage" + _did_you_mean(name, names))
-        for i, name in enumerate(analysis.require_stages) if name not in names
+        for i, name in enumerate(analysis.require_stages)
+        if name not in names
     ]
 
 
@@ -501,7 +668,13 @@ def translate(exc: ValidationError, *, prefix: str, model: type[BaseModel] | Non
 
 def _is_union_tag(part: str | int) -> bool:
     # Discriminated unions insert the tag ('synthetic', 'jsonl', ...) into the location.
-    return isinstance(part, str) and part in {"synthetic", "jsonl", "builtin", "list[str]", "literal['all','any']"}
+    return isinstance(part, str) and part in {
+        "synthetic",
+        "jsonl",
+        "builtin",
+        "list[str]",
+        "literal['all','any']",
+    }
 
 
 def _message(error: Mapping[str, Any], model: type[BaseModel] | None, loc: Sequence[str | int]) -> str:

@@ -1,0 +1,1 @@
+"""The vLLM simulator: a step-synchronous stand-in for `vllm serve`."""
