@@ -74,31 +74,42 @@ class RunningBounds:
 
 
 def confidence_sequence(x: FloatArray, *, confidence: float, horizon: int) -> RunningBounds:
-    """The confidence sequence for the mean of `x`, at every prefix of `x`.
+    """The confidence sequence for the mean of `x`, at every prefix of `x` (along the last axis).
 
-    `x` must be finite. `horizon` is the most observations the stage can have (tunes t*).
+    `x` must be finite; a 2-D array holds independent experiments in rows (the Monte Carlo study).
+    `horizon` is the most observations the stage can have (tunes t*).
     """
     x = np.asarray(x, dtype=np.float64)
-    n_obs = x.size
+    n_obs = x.shape[-1] if x.ndim else 0
     if n_obs == 0:
-        empty = np.empty(0, dtype=np.float64)
+        empty = np.empty(x.shape, dtype=np.float64)
         return RunningBounds(empty, empty, empty, empty)
     alpha = 1.0 - confidence
     t = np.arange(1, n_obs + 1, dtype=np.float64)
-    mean = np.cumsum(x) / t
-    # Welford-free but stable enough: centre on the first value before accumulating squares.
-    centred = x - x[0]
-    cmean = np.cumsum(centred) / t
-    ss = np.cumsum(centred * centred) - t * cmean * cmean
+    mean = np.cumsum(x, axis=-1) / t
+    # Centre on the first value before accumulating squares (numerically stable enough here).
+    centred = x - x[..., :1]
+    cmean = np.cumsum(centred, axis=-1) / t
+    ss = np.cumsum(centred * centred, axis=-1) - t * cmean * cmean
     var = np.maximum(ss, 0.0) / np.maximum(t - 1.0, 1.0)
     sd = np.sqrt(var)
     width = sd * half_width_factor(t, alpha=alpha, tstar=t_star(max(horizon, n_obs)))
     low = mean - width
     high = mean + width
     early = t < MIN_PAIRS
-    low[early] = -np.inf
-    high[early] = np.inf
-    return RunningBounds(mean, sd, np.maximum.accumulate(low), np.minimum.accumulate(high))
+    low[..., early] = -np.inf
+    high[..., early] = np.inf
+    return RunningBounds(mean, sd, np.maximum.accumulate(low, axis=-1), np.minimum.accumulate(high, axis=-1))
+
+
+def futile(
+    low: FloatArray, high: FloatArray, sd: FloatArray, *, threshold: float, confidence: float, horizon: int
+) -> npt.NDArray[np.bool_]:
+    """Whether even the interval at `horizon` (with today's sd) could not separate from `threshold`
+    for any effect inside today's interval [low, high]."""
+    final_width = sd * half_width_factor(float(horizon), alpha=1.0 - confidence, tstar=t_star(horizon))
+    result: npt.NDArray[np.bool_] = (threshold - final_width < low) & (high < threshold + final_width)
+    return result
 
 
 @dataclass(frozen=True)
