@@ -120,7 +120,7 @@ def run(
                         e2e_ms=e2e if ok else None,
                     )
                 )
-        end = max(r.end or 0.0 for r in records if r.stage == stage.name)
+        end = max((r.end or 0.0 for r in records if r.stage == stage.name), default=clock)
         server = (
             {
                 "treatment": ArmServerMetrics(
