@@ -27,6 +27,7 @@ import math
 import platform
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -173,8 +174,7 @@ def main() -> int:
     }
     print(json.dumps(out, indent=2))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=2)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
