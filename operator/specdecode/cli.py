@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdecode {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_validate(sub)
+    _add_report(sub)
     return parser
 
 
@@ -40,6 +41,31 @@ def _validate(args: argparse.Namespace) -> int:
     from specdecode.experiment import documents
 
     return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr)
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("report", help="render the report from a results directory")
+    p.add_argument(
+        "directory", metavar="DIR", help="holds result.json, requests.jsonl, windows.json, experiment.yaml"
+    )
+    p.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from specdecode.report import results, terminal
+
+    try:
+        loaded = results.render_directory(Path(args.directory))
+    except results.ResultsError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    Console().print(terminal.render_terminal(loaded.status))
+    print(f"wrote {Path(args.directory) / results.REPORT}")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
