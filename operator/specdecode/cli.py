@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_validate(sub)
     _add_report(sub)
+    _add_operator(sub)
     return parser
 
 
@@ -65,6 +66,46 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     Console().print(terminal.render_terminal(loaded.status))
     print(f"wrote {Path(args.directory) / results.REPORT}")
+    return EXIT_OK
+
+
+def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("operator", help="run the Kubernetes operator (kopf)")
+    p.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    p.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering with other operator instances (the chart runs exactly one replica)",
+    )
+    p.add_argument(
+        "--liveness", metavar="URL", help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz"
+    )
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve the operator's Prometheus metrics")
+    p.add_argument(
+        "--log-format", choices=["json", "plain"], default="json", help="log format (default: json)"
+    )
+    p.add_argument("--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_operator)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from specdecode.controller import run
+
+    run.run(
+        namespaces=args.namespaces,
+        standalone=args.standalone,
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        log_format=args.log_format,
+        verbose=args.verbose,
+    )
     return EXIT_OK
 
 

@@ -297,8 +297,19 @@ def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def build_load_job(name: str, s: spec.ExperimentSpec, settings: Settings) -> dict[str, Any]:
-    """The Job that sends the same prompts on the same schedule to both arms and stores the results."""
+def build_load_job(
+    name: str,
+    s: spec.ExperimentSpec,
+    settings: Settings,
+    *,
+    owner_uid: str = "",
+    generation: int | None = None,
+) -> dict[str, Any]:
+    """The Job that sends the same prompts on the same schedule to both arms and stores the results.
+
+    The result ConfigMaps it writes are owned by the experiment (`owner_uid`) and labelled with the
+    spec `generation` they measured.
+    """
     names = Names(name)
     argv = [
         "specdecode",
@@ -315,6 +326,10 @@ def build_load_job(name: str, s: spec.ExperimentSpec, settings: Settings) -> dic
         names.results_prefix,
         "--scrape-metrics",
     ]
+    if owner_uid:
+        argv += ["--owner-uid", owner_uid]
+    if generation is not None:
+        argv += ["--generation", str(generation)]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
