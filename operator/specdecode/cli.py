@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_validate(sub)
     _add_report(sub)
     _add_operator(sub)
+    _add_run(sub)
+    _add_demo(sub)
     return parser
 
 
@@ -107,6 +109,65 @@ def _operator(args: argparse.Namespace) -> int:
         verbose=args.verbose,
     )
     return EXIT_OK
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="run an experiment (with --local: on this machine, no Kubernetes)")
+    p.add_argument("file", metavar="FILE", help="the experiment YAML")
+    p.add_argument("--local", action="store_true", help="run both arms here (the simulator, local vLLM, or URLs)")
+    p.add_argument("--out", default="specdecode-out", metavar="DIR", help="results directory (default: %(default)s)")
+    p.add_argument("--fail-on-reject", action="store_true", help="exit 1 unless the verdict is Promote")
+    p.add_argument("--control-url", metavar="URL", help="an already running control server (with --treatment-url)")
+    p.add_argument("--treatment-url", metavar="URL", help="an already running treatment server")
+    _add_display(p)
+    p.set_defaults(func=_run)
+
+
+def _add_display(p: argparse.ArgumentParser) -> None:
+    display = p.add_mutually_exclusive_group()
+    display.add_argument("--quiet", action="store_const", const="quiet", dest="mode", help="a line per stage")
+    display.add_argument("--json", action="store_const", const="json", dest="mode", help="JSON lines on stdout")
+    p.set_defaults(mode="live")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if not args.local:
+        print(
+            "specdecode run: only --local runs here; on a cluster, apply the file instead: kubectl apply -f "
+            f"{args.file} (the operator runs it)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    from specdecode.local import runner
+
+    options = runner.Options(
+        out=Path(args.out),
+        control_url=args.control_url,
+        treatment_url=args.treatment_url,
+        fail_on_reject=args.fail_on_reject,
+        mode=args.mode,
+    )
+    return runner.run(Path(args.file), options)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("demo", help="run the shipped example on the simulator (speculation wins, then loses)")
+    p.add_argument("--out", default="demo-out", metavar="DIR", help="results directory (default: %(default)s)")
+    _add_display(p)
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from importlib import resources
+    from pathlib import Path
+
+    from specdecode.local import runner
+
+    example = resources.files("specdecode.local").joinpath("demo.yaml")
+    with resources.as_file(example) as path:
+        return runner.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
