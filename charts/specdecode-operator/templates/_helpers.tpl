@@ -17,8 +17,8 @@
 {{- end }}
 {{- end }}
 
-{{/* The labels that select the operator's pod. The operator passes them to each experiment's
-NetworkPolicy (SPECDECODE_OPERATOR_POD_LABELS), which admits this pod to the arms. */}}
+{{/* The labels that select the operator's pod. Each experiment's NetworkPolicy admits pods labelled
+app.kubernetes.io/name=specdecode-operator to the arms: keep nameOverride empty. */}}
 {{- define "specdecode-operator.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "specdecode-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -41,6 +41,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
 {{- end }}
+{{- end }}
+
+{{/* A label map as "k1=v1,k2=v2" (how controller/settings.py reads label variables). */}}
+{{- define "specdecode-operator.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}
 
 {{/* The image reference: repository@digest, else repository:tag (tag defaults to appVersion). */}}
@@ -79,39 +88,35 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
   resources: [events]
   verbs: [create]
 # Application: the children of an experiment: both arms (Deployment, Service), the NetworkPolicy
-# around them, the spec ConfigMap, and the load Job with its ServiceAccount, Role and RoleBinding.
-# Created, observed, patched (server-side apply) and deleted by the cleanup policy.
+# around them, and the load Job with its ServiceAccount, Role and RoleBinding. Created if absent,
+# read back, listed by label and deleted by the cleanup policy (controller/kube.py); never patched.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [create, get, list, watch, patch, delete]
+  verbs: [create, get, list, delete]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [create, get, list, watch, patch, delete]
+  verbs: [create, get, list, delete]
 - apiGroups: [""]
   resources: [services, serviceaccounts]
-  verbs: [create, get, list, watch, patch, delete]
+  verbs: [create, get, list, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, get, list, watch, patch, delete]
+  verbs: [create, get, list, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [create, get, list, watch, patch, delete]
-# Application: ConfigMaps: the spec ConfigMap it creates, the load Job's result chunks and the
-# report it reads and writes. RBAC escalation prevention: the load Job's Role grants configmaps
-# create/get/update/patch, and only a holder of those permissions may create that Role and bind it
-# (without the escalate/bind verbs, which we do not want), hence update here.
+  verbs: [create, get, list, delete]
+# Application: ConfigMaps: the spec ConfigMap, the load Job's result chunks (read) and the report
+# (written with update). RBAC escalation prevention: the load Job's Role grants configmaps
+# create/get/update/patch, and only a holder of all of them may create that Role and bind it
+# (without the escalate/bind verbs, which we do not want), hence patch too.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [create, get, list, watch, patch, update, delete]
+  verbs: [create, get, list, update, patch, delete]
 # Application: failure detection: Unschedulable, ImagePullBackOff, CrashLoopBackOff and OOMKilled
-# are read from the pods of the arms and the load Job; a failing container's log explains the
-# failure (pods/log only has get).
+# are read from the pods of the arms and the load Job.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
-- apiGroups: [""]
-  resources: [pods/log]
-  verbs: [get]
+  verbs: [get, list]
 {{- end }}
 
 {{- define "specdecode-operator.clusterRules" -}}
