@@ -79,12 +79,13 @@ def build_context() -> list[str]:
         included = True
         for rule in rules:
             negate, pattern = rule.startswith("!"), rule.lstrip("!").rstrip("/")
-            pattern = pattern.removeprefix("**/")
             parts = path.split("/")
-            prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-            if any(fnmatch.fnmatch(p, pattern) for p in prefixes) or any(
-                fnmatch.fnmatch(p, pattern) for p in parts
-            ):
+            if pattern.startswith("**/"):  # at any depth
+                candidates = parts
+                pattern = pattern.removeprefix("**/")
+            else:  # anchored at the context's root: the path or a directory above it
+                candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+            if any(fnmatch.fnmatchcase(c, pattern) for c in candidates):
                 included = negate
         if included:
             kept.append(path)
