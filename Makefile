@@ -30,6 +30,7 @@ typecheck: $(STAMP)
 # Regenerate the CRD (and the chart's copy) from the typed models.
 crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
+	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
