@@ -345,3 +345,13 @@ def test_rbac_can_be_left_to_the_cluster_admin(render: Render) -> None:
         )
     }
     assert kinds == {"Deployment"}
+
+
+def test_the_network_policy_admits_the_operator_pod_by_its_real_name_label(render: Render) -> None:
+    from specdecode.controller.settings import OperatorSettings
+
+    docs = render("--set", "nameOverride=sdx-op")
+    labels = OperatorSettings.from_env(env(docs)).render.operator_pod_labels
+    pod_labels = only(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert labels == {"app.kubernetes.io/name": "sdx-op"}
+    assert labels.items() <= pod_labels.items()

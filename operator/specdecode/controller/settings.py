@@ -41,6 +41,10 @@ class OperatorSettings:
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
     )
     """Labels of the Prometheus pods the arms' NetworkPolicy admits."""
+    operator_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "specdecode-operator"}
+    )
+    """Labels of the operator's own pods, which the arms' NetworkPolicy admits."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
@@ -52,6 +56,7 @@ class OperatorSettings:
             return env.get(f"SPECDECODE_{key}", fallback)
 
         prom_labels = get("PROMETHEUS_POD_LABELS", "")
+        operator_labels = get("OPERATOR_POD_LABELS", "")
         return cls(
             operator_image=get("OPERATOR_IMAGE", default.operator_image),
             image_pull_policy=get("IMAGE_PULL_POLICY", default.image_pull_policy),
@@ -75,6 +80,7 @@ class OperatorSettings:
             operator_image=self.operator_image,
             image_pull_policy=self.image_pull_policy,
             prometheus_pod_labels=self.prometheus_pod_labels,
+            operator_pod_labels=self.operator_pod_labels,
         )
 
     @property
