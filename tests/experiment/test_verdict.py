@@ -308,3 +308,65 @@ def test_empty_input_to_the_sequence_is_empty() -> None:
     seq = sequential.confidence_sequence(np.array([]), confidence=0.95, horizon=10)
     assert seq.mean.size == 0
     assert sequential.look(np.array([]), threshold=0.0, confidence=0.95, horizon=10).why == "too-few"
+
+
+def test_a_look_between_analysis_points_acts_at_the_last_point() -> None:
+    spec = make_spec()
+    control = _records("low", "control", [10.0] * 23)
+    treatment = _records("low", "treatment", [6.0] * 23)
+    # 23 pairs finished: the rule acts on the analysis point 20 (10, 15, 20, ... pairs)
+    assert verdict.stage_look(spec.analysis, control, treatment, max_pairs=300).n == 20
+    assert verdict.stage_look(spec.analysis, control, treatment, max_pairs=22).n == 22
+
+
+def _first_decision(x: np.ndarray, *, threshold: float, horizon: int = 300) -> sequential.Look:
+    """The look the load generator would stop at, looking every 5 pairs."""
+    for k in range(5, horizon + 1, 5):
+        look = sequential.look(x[:k], threshold=threshold, confidence=0.95, horizon=horizon)
+        if look.decided:
+            return look
+    raise AssertionError("a stage always ends at its horizon")
+
+
+def test_known_effect_is_promoted_at_the_design_alternative_and_refuted_when_slower() -> None:
+    rng = np.random.default_rng(8)
+    noise = rng.normal(0.0, 0.3, 300)
+    fast = _first_decision(np.log(1.1 * sequential.DESIGN_RATIO) + noise, threshold=math.log(1.1))
+    assert fast.why == "above" and fast.n < 150
+    slow = _first_decision(np.log(0.8) + noise, threshold=math.log(1.1))
+    assert slow.why == "below" and slow.high < math.log(1.1)
+
+
+def test_futility_ends_a_stage_whose_speedup_is_exactly_the_threshold() -> None:
+    rng = np.random.default_rng(9)
+    x = math.log(1.1) + rng.normal(0.0, 0.3, 300)
+    look = _first_decision(x, threshold=math.log(1.1))
+    assert look.why == "futile" and look.n < 300
+    assert look.low < math.log(1.1) < look.high
+
+
+def test_false_promote_rate_under_repeated_looks_stays_below_alpha() -> None:
+    # Looks after every pair (each acts at its analysis point), true speed-up exactly minSpeedup,
+    # heavy-ish tails; the promote error is (1 - confidence) / 2 = 2.5% nominal.
+    rng = np.random.default_rng(10)
+    x = math.log(1.1) + rng.standard_t(5, size=(2000, 150)) * 0.4
+    rule = sequential.stops(x, threshold=math.log(1.1), confidence=0.95, horizon=150)
+    assert rule.above.any(axis=1).mean() <= 0.05
+    assert rule.below.any(axis=1).mean() <= 0.05
+
+
+def test_power_at_the_design_alternative_is_at_least_ninety_percent() -> None:
+    rng = np.random.default_rng(11)
+    x = math.log(1.1 * sequential.DESIGN_RATIO) + rng.normal(0.0, 0.42, (1000, 300))
+    rule = sequential.stops(x, threshold=math.log(1.1), confidence=0.95, horizon=300)
+    stop = rule.above | rule.below | rule.futile
+    stop[:, -1] = True
+    first = stop.argmax(axis=1)
+    promoted = rule.above[np.arange(1000), first]
+    assert promoted.mean() >= 0.90
+    # and it stops early: the fixed-n paired t with 90% power needs about 56 pairs here
+    assert (first + 1).mean() <= 0.75 * 56
+
+
+def test_anytime_p_value_is_one_before_the_first_analysis_point() -> None:
+    assert sequential.anytime_p_value(np.ones(5), threshold=0.0, confidence=0.95, horizon=300) == 1.0
