@@ -5,8 +5,9 @@
 #   etcd, etcdctl                                                    (go.etcd.io/etcd, helper module)
 #   kwok                                                             (go install)
 #   helm                                                             (go install)
+#   prometheus (kubernetes_sd only; Debian's package has no kubernetes_sd) (go install)
 #
-# Binaries go to ${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins/<kube>-<etcd>-<kwok>-<helm>/.
+# Binaries go to ${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins/<kube>-<etcd>-<kwok>-<helm>-<prometheus>/.
 # Only missing binaries are built. Progress and timings go to stderr; the last line of
 # stdout is the bin dir.
 #
@@ -19,11 +20,12 @@ KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # Prometheus 3.16.0 (its Go module is tagged v0.3XX.y)
 
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins"
-BIN_DIR="$CACHE_ROOT/${KUBE_VERSION}-${ETCD_VERSION}-${KWOK_VERSION}-${HELM_VERSION}"
+BIN_DIR="$CACHE_ROOT/${KUBE_VERSION}-${ETCD_VERSION}-${KWOK_VERSION}-${HELM_VERSION}-${PROMETHEUS_VERSION}"
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
-ALL_BINS=("${KUBE_BINS[@]}" kubectl etcd etcdctl kwok helm)
+ALL_BINS=("${KUBE_BINS[@]}" kubectl etcd etcdctl kwok helm prometheus)
 
 log() { printf '[build-k8s-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -153,7 +155,8 @@ build_kwok_stages() {
   dir="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   {
     printf '# kwokctl default stages from sigs.k8s.io/kwok@%s (kustomize/stage)\n' "$KWOK_VERSION"
-    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n'
+    # No KwokConfiguration document: one read from a file is not defaulted (v0.8.0 then fails with
+    # "node leases parallelism must be greater than 0"); without one, kwok uses its defaults.
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
       echo '---'; cat "$dir/kustomize/stage/$f"
@@ -170,6 +173,17 @@ build_helm() {
   mv -f "$WORK/out/helm" "$BIN_DIR/helm"
 }
 
+# Prometheus with only the kubernetes (and file/http) service discovery compiled in, and no web UI
+# assets (the HTTP API is all the tests use).
+build_prometheus() {
+  local v="${PROMETHEUS_VERSION#v0.}" pv
+  pv="3.$((10#${v%%.*} - 300)).${v#*.}"  # v0.316.0 -> 3.16.0
+  GOBIN="$WORK/out" go install -trimpath -tags=netgo,remove_all_sd,enable_kubernetes_sd \
+    -ldflags="-s -w -X github.com/prometheus/common/version.Version=$pv -X github.com/prometheus/common/version.Branch=$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+  mv -f "$WORK/out/prometheus" "$BIN_DIR/prometheus"
+}
+
 log "bin dir: $BIN_DIR (go: $(go version | cut -d' ' -f3), $(nproc) cores)"
 m="$(missing etcd etcdctl)";   [[ -z "$m" ]] || timed "etcd $ETCD_VERSION (etcd, etcdctl)" build_etcd
 m="$(missing "${KUBE_BINS[@]}")"
@@ -179,6 +193,7 @@ m="$(missing kwok)";           [[ -z "$m" ]] || timed "kwok $KWOK_VERSION" build
 [[ -f "$BIN_DIR/kwok-stages.yaml" ]] || timed "kwok stages" build_kwok_stages
 m="$(missing kubectl)";        [[ -z "$m" ]] || timed "kubectl $KUBE_VERSION" build_kube kubectl
 m="$(missing helm)";           [[ -z "$m" ]] || timed "helm $HELM_VERSION" build_helm
+m="$(missing prometheus)";     [[ -z "$m" ]] || timed "prometheus $PROMETHEUS_VERSION" build_prometheus
 
 m="$(missing "${ALL_BINS[@]}")"
 [[ -f "$BIN_DIR/kwok-stages.yaml" ]] || m+=" kwok-stages.yaml"
@@ -189,6 +204,7 @@ if [[ -n "${m// /}" ]]; then log "still missing: $m"; exit 1; fi
   "$BIN_DIR/etcd" --version | head -1
   "$BIN_DIR/kwok" --version 2>/dev/null | head -1 || true
   "$BIN_DIR/helm" version --short
+  "$BIN_DIR/prometheus" --version | head -1
 } >&2 || true
 log "done in $((SECONDS - TOTAL_START)) s"
 echo "$BIN_DIR"
