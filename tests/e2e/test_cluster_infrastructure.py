@@ -32,7 +32,7 @@ def test_the_experiment_crd_installs_and_is_established(cluster: Cluster, crd: P
     )
     (version,) = [v for v in obj["spec"]["versions"] if v["name"] == "v1alpha1"]
     assert version["served"] and version["storage"]
-    assert "status" in version["subresources"]
+    assert "status" in version.get("subresources", {})
     resources = cluster.kubectl("api-resources", "--api-group=specdecode.io", "-o", "name").stdout.split()
     assert resources == [CRD_NAME]
 
