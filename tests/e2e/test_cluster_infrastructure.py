@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from experiment_crd import CRD_NAME, FIXTURES, PLACEHOLDER_CRD
 from fake_gpu_nodes import GPU_PRODUCT, GPU_TOLERATION, GPUS_PER_NODE
-from k8s_cluster import POD_CIDR, Cluster, ClusterStartError, ControlPlane, find_bin_dir, wait_for
+from k8s_cluster import POD_CIDR, Cluster, ClusterStartError, ControlPlane, wait_for
 from prometheus_server import Prometheus
 
 EXAMPLE = FIXTURES / "example-experiment.yaml"
@@ -215,8 +215,10 @@ def test_prometheus_discovers_a_managed_pod_through_the_api_server_with_the_proj
     )
 
 
-def test_a_control_plane_that_fails_to_start_reports_its_log_and_leaves_no_process(tmp_path: Path) -> None:
-    cp = ControlPlane(find_bin_dir(), workdir=tmp_path, feature_gates=["NoSuchFeatureGate=true"])
+def test_a_control_plane_that_fails_to_start_reports_its_log_and_leaves_no_process(
+    k8s_bin_dir: Path, tmp_path: Path
+) -> None:
+    cp = ControlPlane(k8s_bin_dir, workdir=tmp_path, feature_gates=["NoSuchFeatureGate=true"])
     with pytest.raises(ClusterStartError, match="kube-apiserver exited") as err:
         cp.start()
     assert "NoSuchFeatureGate" in str(err.value)
@@ -241,3 +243,17 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_watch_list_stream_works_as_kopf_initial_streaming_needs(cluster: Cluster, namespace: str) -> None:
+    # sendInitialEvents needs etcd >= 3.5.13 (RequestWatchProgress); older etcd answers with an ERROR event.
+    query = "watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2"
+    out = cluster.kubectl("get", f"--raw=/api/v1/namespaces?{query}", timeout=30).stdout
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    types = [e["type"] for e in events]
+    assert "ERROR" not in types, events
+    names = [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"]
+    assert namespace in names
+    bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
+    assert bookmarks
+    assert bookmarks[0]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true"
