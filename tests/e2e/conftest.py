@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
 
-from experiment_crd import CRD_NAME, crd_file
+from experiment_crd import CRD_FILE, CRD_NAME
 from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, gpu_node, node_schedulable
 from k8s_cluster import (
     Cluster,
@@ -80,7 +80,9 @@ def gpu_nodes(cluster: Cluster) -> list[str]:
     else:
         found = cluster.get_json("nodes", "-l", f"nvidia.com/gpu.product={GPU_PRODUCT}")["items"]
         if not found:
-            pytest.skip(f"the cluster from KUBECONFIG has no node labelled nvidia.com/gpu.product={GPU_PRODUCT}")
+            pytest.skip(
+                f"the cluster from KUBECONFIG has no node labelled nvidia.com/gpu.product={GPU_PRODUCT}"
+            )
     selector = f"nvidia.com/gpu.product={GPU_PRODUCT}"
 
     def ready_names() -> list[str]:
@@ -93,11 +95,10 @@ def gpu_nodes(cluster: Cluster) -> list[str]:
 
 @pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> Path:
-    """Installs the experiment CRD (the generated one if present, else the placeholder)."""
-    path = crd_file()
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    """Installs the experiment CRD (crds/, generated from the typed models)."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
-    return path
+    return CRD_FILE
 
 
 @pytest.fixture

@@ -34,6 +34,8 @@ def gpu_node(name: str) -> dict[str, Any]:
 
 
 def node_schedulable(node: dict[str, Any]) -> bool:
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])
+    )
     taints = {t["key"] for t in node.get("spec", {}).get("taints", [])}
     return ready and not any(t.startswith("node.kubernetes.io/") for t in taints)

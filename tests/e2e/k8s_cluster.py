@@ -84,7 +84,9 @@ def find_bin_dir() -> Path:
     if env:
         bin_dir = Path(env)
     else:
-        out = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-dir"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--print-dir"], capture_output=True, text=True, check=True
+        )
         bin_dir = Path(out.stdout.strip().splitlines()[-1])
     missing = [b for b in REQUIRED_BINS if not os.access(bin_dir / b, os.X_OK)]
     if not (bin_dir / KWOK_STAGES).is_file():
@@ -150,7 +152,7 @@ def start_process(name: str, argv: Sequence[str], log_dir: Path) -> Component:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     _running.append(proc)
     return Component(name, proc, log)
@@ -259,7 +261,9 @@ def kubeconfig_dict(server: str, ca: Path, token: str) -> dict[str, object]:
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "specdecode-test",
-        "clusters": [{"name": "specdecode-test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "clusters": [
+            {"name": "specdecode-test", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
         "users": [{"name": "admin", "user": {"token": token}}],
         "contexts": [{"name": "specdecode-test", "context": {"cluster": "specdecode-test", "user": "admin"}}],
     }
@@ -293,7 +297,9 @@ class Cluster:
             timeout=timeout,
         )
         if check and res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({res.returncode}):\n{res.stderr}{res.stdout}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({res.returncode}):\n{res.stderr}{res.stdout}"
+            )
         return res
 
     def get_json(self, *args: str) -> dict[str, Any]:
@@ -460,7 +466,9 @@ def external_cluster(kubeconfig: Path, bin_dir: Path) -> Cluster:
     cfg = yaml.safe_load(kubeconfig.read_text()) or {}
     ctx_name = cfg.get("current-context")
     ctx: dict[str, Any] = next((c["context"] for c in cfg.get("contexts", []) if c["name"] == ctx_name), {})
-    cl: dict[str, Any] = next((c["cluster"] for c in cfg.get("clusters", []) if c["name"] == ctx.get("cluster")), {})
+    cl: dict[str, Any] = next(
+        (c["cluster"] for c in cfg.get("clusters", []) if c["name"] == ctx.get("cluster")), {}
+    )
     user: dict[str, Any] = next((u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {})
     ca = cl.get("certificate-authority")
     return Cluster(

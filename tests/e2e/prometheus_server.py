@@ -71,7 +71,10 @@ def scrape_config(api_url: str, ca_file: Path, token_file: Path, interval: str =
             "replacement": f"$1:{DEFAULT_METRICS_PORT}",
         },
         {
-            "source_labels": ["__meta_kubernetes_pod_ip", "__meta_kubernetes_pod_annotation_prometheus_io_port"],
+            "source_labels": [
+                "__meta_kubernetes_pod_ip",
+                "__meta_kubernetes_pod_annotation_prometheus_io_port",
+            ],
             "separator": ";",
             "regex": r"(.+);(\d+)",
             "target_label": "__address__",

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from experiment_crd import CRD_NAME, FIXTURES, PLACEHOLDER_CRD
+import yaml
+from experiment_crd import CRD_NAME, EXAMPLE
 from fake_gpu_nodes import GPU_PRODUCT, GPU_TOLERATION, GPUS_PER_NODE
 from k8s_cluster import POD_CIDR, Cluster, ClusterStartError, ControlPlane, wait_for
 from prometheus_server import Prometheus
 
-EXAMPLE = FIXTURES / "example-experiment.yaml"
+pytestmark = pytest.mark.e2e
+
 MANAGED_BY = {"app.kubernetes.io/managed-by": "specdecode-operator"}
 
 
@@ -40,7 +42,7 @@ def test_the_experiment_crd_installs_and_is_established(cluster: Cluster, crd: P
 def test_an_example_experiment_applies_and_its_status_subresource_round_trips(
     cluster: Cluster, crd: Path, namespace: str
 ) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(experiment("e2e-ngram")))
     status = {"phase": "Running", "observedGeneration": 1, "reason": "LoadRunning", "message": "stage low"}
     cluster.kubectl(
         "patch", "-n", namespace, "sdx/e2e-ngram", "--subresource=status", "--type=merge",
@@ -48,8 +50,7 @@ def test_an_example_experiment_applies_and_its_status_subresource_round_trips(
     )  # fmt: skip
     got = cluster.get_json("-n", namespace, "sdx/e2e-ngram")
     assert got["status"] == status
-    if crd == PLACEHOLDER_CRD:
-        assert got["spec"]["cleanup"] == "Always"  # the schema default was applied
+    assert got["spec"]["cleanup"] == "Always"  # the schema default was applied
 
     # Writes to the main resource do not touch status (it really is a subresource) ...
     cluster.kubectl(
@@ -65,25 +66,32 @@ def test_an_example_experiment_applies_and_its_status_subresource_round_trips(
     assert "e2e-ngram" in table and "Running" in table
 
 
-INVALID = {
+def experiment(name: str, **spec: Any) -> dict[str, Any]:
+    """examples/ngram.yaml, renamed, without its namespace, with top-level spec fields replaced."""
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"] = {"name": name}
+    doc["spec"].update(spec)
+    doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
+    return doc
+
+
+INVALID: dict[str, tuple[dict[str, Any], str]] = {
     "an enum value outside the enum": (
-        {"model": "m", "cleanup": "Sometimes"},
+        {"cleanup": "Sometimes"},
         'spec.cleanup: Unsupported value: "Sometimes": supported values: "Always", "OnSuccess", "Never"',
     ),
     "a CEL rule violation": (
-        {"model": "m", "speculative": {"method": "draft_model", "numSpeculativeTokens": 5}},
-        "speculative.model is required when speculative.method is draft_model",
+        {"speculative": {"method": "draft_model", "numSpeculativeTokens": 5}},
+        "speculative.model is required for this method: name the draft model or head",
     ),
-    "a missing required field": (
-        {"speculative": {"method": "ngram"}},
-        "spec.model: Required value",
+    "a CEL rule on list items": (
+        {"workload": {"stages": [{"name": "both", "rate": 1.0, "concurrency": 4}]}},
+        "a stage needs exactly one of rate (open loop) or concurrency (closed loop)",
     ),
-    "a value below the minimum": (
-        {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 0}},
-        (
-            "spec.speculative.numSpeculativeTokens: Invalid value: 0: "
-            "spec.speculative.numSpeculativeTokens in body should be greater than or equal to 1"
-        ),
+    "a missing required field": ({"model": None}, "spec.model: Required value"),
+    "a value out of range": (
+        {"speculative": {"method": "ngram", "numSpeculativeTokens": 0}},
+        "spec.speculative.numSpeculativeTokens in body should be greater than 0",
     ),
 }
 
@@ -92,16 +100,21 @@ INVALID = {
 def test_an_invalid_experiment_is_refused_by_the_api_server_with_the_schema_message(
     cluster: Cluster, crd: Path, namespace: str, case: str
 ) -> None:
-    if crd != PLACEHOLDER_CRD:
-        pytest.fail("switch these cases to the generated CRD's schema")  # reminder for the merge
     spec, message = INVALID[case]
-    cr = {"apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeExperiment",
-          "metadata": {"name": "bad"}, "spec": spec}  # fmt: skip
-    res = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(cr), check=False)
+    res = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(experiment("bad", **spec)), check=False
+    )
     assert res.returncode != 0, res.stdout
     assert "is invalid" in res.stderr
     assert message in res.stderr
     assert cluster.get_json("-n", namespace, "sdx")["items"] == []
+
+
+def test_the_example_used_above_is_itself_valid(cluster: Cluster, crd: Path, namespace: str) -> None:
+    res = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(experiment("ok"))
+    )
+    assert "(server dry run)" in res.stdout
 
 
 def gpu_deployment(name: str, gpus: int) -> dict[str, Any]:
@@ -189,9 +202,16 @@ def test_prometheus_discovers_a_managed_pod_through_the_api_server_with_the_proj
         scrape_pod("unmanaged", {"specdecode.io/arm": "control"}, {}),
     ]
     cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}),
     )
-    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Running", "pod/managed", "--timeout=60s")
+    cluster.kubectl(
+        "wait", "-n", namespace, "--for=jsonpath={.status.phase}=Running", "pod/managed", "--timeout=60s"
+    )
     pod_ip = cluster.get_json("-n", namespace, "pod/managed")["status"]["podIP"]
 
     def ours() -> list[dict[str, Any]]:
