@@ -39,3 +39,7 @@ test: lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The real control plane, KWOK, helm and Prometheus for the e2e tests (built once per machine).
+include mk/k8s.mk
+unit: k8s-bins
