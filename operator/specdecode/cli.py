@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdecode {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_validate(sub)
+    _add_sim(sub)
     return parser
 
 
@@ -40,6 +41,20 @@ def _validate(args: argparse.Namespace) -> int:
     from specdecode.experiment import documents
 
     return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr)
+
+
+def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
+
+    p = sub.add_parser("sim", help="the vLLM simulator as a server (design.md §6)")
+    options.add_arguments(p)
+    p.set_defaults(func=_sim)
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from specdecode.simulator import server
+
+    return server.main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
