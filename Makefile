@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit crd venv clean
+.PHONY: demo test lint typecheck unit crd venv clean prometheus
 
 venv: $(STAMP)
 
@@ -31,7 +31,11 @@ typecheck: $(STAMP)
 crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
 
-unit: $(STAMP)
+# A real Prometheus server for the tests (Debian's package), installed only when missing.
+prometheus:
+	@prometheus --version >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends prometheus; }
+
+unit: $(STAMP) prometheus
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

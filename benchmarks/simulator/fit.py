@@ -21,7 +21,10 @@ from specdecode.simulator.virtual import closed_loop
 CONCURRENCIES = (1, 4, 16, 64)
 CONTROL_TPOT = (4.63, 4.67, 4.90, 6.15)
 CONTROL_TTFT = (20.6, 41.4, 112.5, 335.4)
-TREATMENT_TPOT = {"h200-8b-draft-1b": (10.63, 8.95, 11.22, 12.22), "h200-8b-draft-tiny": (4.08, 4.15, 5.02, 7.12)}
+TREATMENT_TPOT = {
+    "h200-8b-draft-1b": (10.63, 8.95, 11.22, 12.22),
+    "h200-8b-draft-tiny": (4.08, 4.15, 5.02, 7.12),
+}
 SPEC = SpecConfig.constant(4, 0.8)
 
 
@@ -52,7 +55,9 @@ def ratios(p: SimParams) -> list[float]:
 def fit_control() -> SimParams:
     best: tuple[float, SimParams] | None = None
     for d, b, pf in itertools.product(
-        [4.50 + 0.02 * i for i in range(8)], [0.008 + 0.001 * i for i in range(20)], [0.012 + 0.002 * i for i in range(12)]
+        [4.50 + 0.02 * i for i in range(8)],
+        [0.008 + 0.001 * i for i in range(20)],
+        [0.012 + 0.002 * i for i in range(12)],
     ):
         p = SimParams(decode_step_ms=round(d, 3), batch_token_ms=round(b, 4), prefill_token_ms=round(pf, 4))
         res = control(p)
@@ -69,7 +74,7 @@ def fit_draft(base: SimParams, measured: tuple[float, ...]) -> SimParams:
     target = [t / c for t, c in zip(measured, CONTROL_TPOT, strict=True)]
     best: tuple[float, SimParams] | None = None
     for r, f in itertools.product([0.02 * i for i in range(0, 60)], [0.25 * i for i in range(0, 40)]):
-        p = SimParams(**{**base.as_dict(), "draft_cost_ratio": round(r, 3), "draft_fixed_ms": round(f, 3)})
+        p = base.with_overrides({"draft_cost_ratio": round(r, 3), "draft_fixed_ms": round(f, 3)})
         got = ratios(p)
         score = max(abs(g / m - 1) for g, m in zip(got, target, strict=True))
         if best is None or score < best[0]:
@@ -87,7 +92,8 @@ def report(name: str, p: SimParams, measured: tuple[float, ...]) -> None:
         m_ratio = measured[i] / CONTROL_TPOT[i]
         print(
             f"| {c} | {ctl[i][0]:.2f} / {CONTROL_TPOT[i]:.2f} ({ctl[i][0] / CONTROL_TPOT[i] - 1:+.1%}) "
-            f"| {rat[i]:.3f} / {m_ratio:.3f} ({rat[i] / m_ratio - 1:+.1%}) | {ctl[i][1]:.0f} / {CONTROL_TTFT[i]:.0f} |"
+            f"| {rat[i]:.3f} / {m_ratio:.3f} ({rat[i] / m_ratio - 1:+.1%}) "
+            f"| {ctl[i][1]:.0f} / {CONTROL_TTFT[i]:.0f} |"
         )
 
 

@@ -38,7 +38,9 @@ from specdecode.simulator.metrics import CONTENT_TYPE, EngineMetrics
 from specdecode.simulator.scheduler import PREFIX_BLOCK, Emission, Sequence
 
 VERSION = "0.33.0"
-SPEC_SAMPLING_ERROR = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+SPEC_SAMPLING_ERROR = (
+    "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+)
 DONE = frame(b"data: [DONE]\n\n") + LAST_CHUNK
 
 
@@ -61,7 +63,9 @@ class ApiConfig:
 class ApiError(Exception):
     """A request that vLLM would refuse, with its HTTP status and error type."""
 
-    def __init__(self, message: str, *, status: int = 400, type_: str = "BadRequestError", param: str | None = None):
+    def __init__(
+        self, message: str, *, status: int = 400, type_: str = "BadRequestError", param: str | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.type = type_
@@ -115,7 +119,9 @@ class App:
             conn.respond(e.status, e.body(), headers=_rid_header(req))
 
     def _v1(self, req: Request, conn: Connection) -> None:
-        if self.cfg.api_keys and req.headers.get("authorization", "") not in {f"Bearer {k}" for k in self.cfg.api_keys}:
+        if self.cfg.api_keys and req.headers.get("authorization", "") not in {
+            f"Bearer {k}" for k in self.cfg.api_keys
+        }:
             conn.respond(401, b'{"error":"Unauthorized"}')
             return
         if req.path == "/v1/models":
@@ -127,7 +133,9 @@ class App:
             return
         self._require(req, "POST")
         if not self.ready:
-            raise ApiError("The server is still loading the model.", status=503, type_="ServiceUnavailableError")
+            raise ApiError(
+                "The server is still loading the model.", status=503, type_="ServiceUnavailableError"
+            )
         self._generate(req, conn, chat=req.path == "/v1/chat/completions")
 
     @staticmethod
@@ -138,14 +146,28 @@ class App:
     def _models(self) -> dict[str, Any]:
         perm = {
             "id": f"modelperm-{uuid.UUID(int=text.stable_hash(self.cfg.seed, 'perm')).hex}",
-            "object": "model_permission", "created": self.created, "allow_create_engine": False,
-            "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-            "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
-        }  # fmt: skip
+            "object": "model_permission",
+            "created": self.created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
         card = {
-            "id": self.cfg.served_model_name, "object": "model", "created": self.created, "owned_by": "vllm",
-            "root": self.cfg.model, "parent": None, "max_model_len": self.cfg.max_model_len, "permission": [perm],
-        }  # fmt: skip
+            "id": self.cfg.served_model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.cfg.model,
+            "parent": None,
+            "max_model_len": self.cfg.max_model_len,
+            "permission": [perm],
+        }
         return {"object": "list", "data": [card]}
 
     # --------------------------------------------------------------------------------- generation
@@ -159,7 +181,9 @@ class App:
             raise ApiError("The request body must be a JSON object.")
         model = body.get("model")
         if model is not None and model not in (cfg.served_model_name, cfg.model):
-            raise ApiError(f"The model `{model}` does not exist.", status=404, type_="NotFoundError", param="model")
+            raise ApiError(
+                f"The model `{model}` does not exist.", status=404, type_="NotFoundError", param="model"
+            )
         prompt_key, prompt_tokens, blocks = self._prompt(body, chat=chat)
         stream = bool(body.get("stream", False))
         opts = body.get("stream_options")
@@ -181,7 +205,8 @@ class App:
             raise ApiError(
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{max_tokens} output tokens and your prompt contains at least {prompt_tokens} input tokens, "
-                f"for a total of at least {prompt_tokens + max_tokens} tokens. Please reduce the length of the "
+                f"for a total of at least {prompt_tokens + max_tokens} tokens. "
+                "Please reduce the length of the "
                 "input prompt or the number of requested output tokens.",
                 param="max_tokens",
             )
@@ -198,11 +223,22 @@ class App:
         p = cfg.params
         arrival = time.monotonic()
         record: dict[str, Any] = {
-            "request_id": rid, "x_request_id": xrid, "endpoint": req.path, "stream": stream, "status": "ok",
-            "http_status": 200, "arrival": arrival, "scheduled": None, "prompt_tokens": prompt_tokens,
-            "completion_tokens": 0, "finish_reason": None, "chunks": [],
-        }  # fmt: skip
-        if text.unit("error", *fault_key) < p.error_rate and not (stream and text.unit("error-kind", *fault_key) < 0.5):
+            "request_id": rid,
+            "x_request_id": xrid,
+            "endpoint": req.path,
+            "stream": stream,
+            "status": "ok",
+            "http_status": 200,
+            "arrival": arrival,
+            "scheduled": None,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": 0,
+            "finish_reason": None,
+            "chunks": [],
+        }
+        if text.unit("error", *fault_key) < p.error_rate and not (
+            stream and text.unit("error-kind", *fault_key) < 0.5
+        ):
             record.update(status="http_error", http_status=500)
             self.truth.add(record)
             raise ApiError("Injected failure (simulator errorRate).", status=500, type_="InternalServerError")
@@ -227,12 +263,18 @@ class App:
             error_after=error_after,
         )
         sink = ResponseSink(
-            app=self, conn=conn, seq=seq, chat=chat, stream=stream, record=record,
+            app=self,
+            conn=conn,
+            seq=seq,
+            chat=chat,
+            stream=stream,
+            record=record,
             include_usage=bool(opts.get("include_usage")),
             continuous=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
             text=text.TextStream(cfg.seed, prompt_key, diverge_at=diverge_at),
-            disconnect_after=disconnect_after, headers=_rid_header(req),
-        )  # fmt: skip
+            disconnect_after=disconnect_after,
+            headers=_rid_header(req),
+        )
         seq.sink = sink
         conn.on_lost = sink.lost
         if stream:
@@ -267,7 +309,9 @@ class App:
                 toks = text.tokenize(prompt)
                 key = prompt
             else:
-                raise ApiError("prompt must be a string, one string in a list, or a list of token ids.", param="prompt")
+                raise ApiError(
+                    "prompt must be a string, one string in a list, or a list of token ids.", param="prompt"
+                )
         n = max(1, len(toks))
         blocks: list[int] = []
         h = 0
@@ -317,13 +361,16 @@ class ResponseSink:
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         model = app.cfg.served_model_name
-        self._head = f'data: {{"id":"{seq.request_id}","object":"{obj}","created":{created},"model":"{model}",'
+        self._head = (
+            f'data: {{"id":"{seq.request_id}","object":"{obj}","created":{created},"model":"{model}",'
+        )
         self._created = created
 
     # -------------------------------------------------------------------------------- rendering
     def _usage(self, completion: int) -> str:
         p = self.seq.prompt_tokens
-        return f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}}}'
+        total = p + completion
+        return f'"usage":{{"prompt_tokens":{p},"total_tokens":{total},"completion_tokens":{completion}}}'
 
     def _chunk(self, delta: str, finish: str | None, completion: int) -> str:
         fin = "null" if finish is None else f'"{finish}"'
@@ -333,7 +380,7 @@ class ResponseSink:
             choice = f'{{"index":0,"text":{delta},"logprobs":null,"finish_reason":{fin}'
         choice += ',"stop_reason":null}' if finish is not None else "}"
         usage = "," + self._usage(completion) if self.continuous else ""
-        return f"{self._head}\"choices\":[{choice}]{usage}}}\n\n"
+        return f'{self._head}"choices":[{choice}]{usage}}}\n\n'
 
     def spec_metrics(self) -> dict[str, Any] | None:
         """`metrics.speculative_decoding` of this request, or None when not configured."""
@@ -370,8 +417,12 @@ class ResponseSink:
         content = f'{{"content":"{piece}"}}' if self.chat else f'"{piece}"'
         out.append(self._chunk(content, finish, em.generated))
         if em.error:
-            err = {"message": "Injected failure (simulator errorRate).", "type": "InternalServerError",
-                   "param": None, "code": 500}  # fmt: skip
+            err = {
+                "message": "Injected failure (simulator errorRate).",
+                "type": "InternalServerError",
+                "param": None,
+                "code": 500,
+            }
             out.append(f"data: {_json({'error': err}).decode()}\n\n")
         elif em.finished and self.include_usage:
             usage = self._usage(em.generated)
@@ -388,59 +439,100 @@ class ResponseSink:
             return
         if self.record["scheduled"] is None:
             self.record["scheduled"] = self.seq.scheduled_at
+        # The record is stored before the last write, so a client that has read the whole response
+        # always finds it at /sim/ground_truth; chunks are stamped just before their write.
         if self.stream:
-            conn.write(self._pending)
             self._chunks.append([time.monotonic(), em.tokens, scheduled])
-            if self.disconnect_after is not None and em.generated >= self.disconnect_after and not em.finished:
+            if (
+                self.disconnect_after is not None
+                and em.generated >= self.disconnect_after
+                and not em.finished
+            ):
                 self.seq.aborted = True
-                conn.abort()
                 self._finish("disconnected", em)
+                conn.write(self._pending)
+                conn.abort()
                 return
             if em.finished:
-                conn.end_stream()
                 self._finish("error" if em.error else "ok", em)
+            conn.write(self._pending)
+            if em.finished:
+                conn.end_stream()
             return
         self._chunks.append([time.monotonic(), em.tokens, scheduled])
         if em.finished:
             if em.error:
-                err = ApiError("Injected failure (simulator errorRate).", status=500, type_="InternalServerError")
-                conn.respond(500, err.body(), headers=self.headers)
+                err = ApiError(
+                    "Injected failure (simulator errorRate).", status=500, type_="InternalServerError"
+                )
                 self.record["http_status"] = 500
+                body = err.body()
             else:
-                conn.respond(200, _json(self._full_response(em)), headers=self.headers)
+                body = _json(self._full_response(em))
             self._chunks[-1][0] = time.monotonic()
             self._finish("error" if em.error else "ok", em)
+            conn.respond(self.record["http_status"], body, headers=self.headers)
 
     def _full_response(self, em: Emission) -> dict[str, Any]:
         content = "".join(self.parts)
         reason = self.seq.finish_reason
         if self.chat:
-            message = {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
-                       "function_call": None, "tool_calls": [], "reasoning": None}  # fmt: skip
-            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason,
-                                      "stop_reason": None}  # fmt: skip
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+                "reasoning": None,
+            }
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+            }
         else:
-            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": reason, "stop_reason": None,
-                      "prompt_logprobs": None}  # fmt: skip
+            choice = {
+                "index": 0,
+                "text": content,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
         p = self.seq.prompt_tokens
         sm = self.spec_metrics()
         if sm is not None:
             sm.update(per_step_accepted=None, per_step_drafted=None)
         return {
-            "id": self.seq.request_id, "object": "chat.completion" if self.chat else "text_completion",
-            "created": self._created, "model": self.app.cfg.served_model_name, "choices": [choice],
-            "service_tier": None, "system_fingerprint": None,
-            "usage": {"prompt_tokens": p, "total_tokens": p + em.generated, "completion_tokens": em.generated,
-                      "prompt_tokens_details": None},
-            "prompt_logprobs": None, "kv_transfer_params": None,
+            "id": self.seq.request_id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self._created,
+            "model": self.app.cfg.served_model_name,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": {
+                "prompt_tokens": p,
+                "total_tokens": p + em.generated,
+                "completion_tokens": em.generated,
+                "prompt_tokens_details": None,
+            },
+            "prompt_logprobs": None,
+            "kv_transfer_params": None,
             "metrics": {"speculative_decoding": sm} if sm is not None else None,
-        }  # fmt: skip
+        }
 
     def _finish(self, status: str, em: Emission | None) -> None:
         r = self.record
         r["status"] = status
         r["completion_tokens"] = em.generated if em else self.seq.generated
-        r["finish_reason"] = "error" if status == "error" else (self.seq.finish_reason if status == "ok" else None)
+        r["finish_reason"] = (
+            "error" if status == "error" else (self.seq.finish_reason if status == "ok" else None)
+        )
         self.app.truth.add(r)
 
     def lost(self) -> None:

@@ -1,16 +1,21 @@
 """Server-side ground truth: when each chunk of each request was written, and how many tokens it had.
 
-One JSON object per finished request (JSONL with `--ground-truth FILE`, and `GET /sim/ground_truth`):
+One JSON object per finished request (JSONL with `--ground-truth FILE`, and at
+`GET /sim/ground_truth`):
 
-    {"request_id": "chatcmpl-…", "x_request_id": "<client header or null>", "endpoint": "/v1/chat/completions",
+    {"request_id": "chatcmpl-…", "x_request_id": "<client header or null>",
+     "endpoint": "/v1/chat/completions",
      "stream": true, "status": "ok|error|aborted|disconnected|http_error", "http_status": 200,
-     "arrival": <monotonic s>, "scheduled": <monotonic s or null>, "prompt_tokens": 256, "completion_tokens": 128,
+     "arrival": <monotonic s>, "scheduled": <monotonic s or null>,
+     "prompt_tokens": 256, "completion_tokens": 128,
      "finish_reason": "length", "wall_minus_monotonic": <time.time() - time.monotonic()>,
      "chunks": [[written_monotonic, tokens, step_boundary_monotonic], ...]}
 
 Times are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by all processes of a Linux host),
 so a client on the same host can subtract its own `time.monotonic()` stamps directly; add
-`wall_minus_monotonic` for wall-clock time. `written - step_boundary` is the simulator's own lag.
+`wall_minus_monotonic` for wall-clock time. `written` is taken just before the socket write (a
+client may read the bytes before `write()` returns), so `client_ts - written >= 0` always holds;
+`written - step_boundary` is the simulator's own lag.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ class GroundTruth:
     def jsonl(self, request_id: str | None = None) -> bytes:
         """The records (or those whose request id or x-request-id is `request_id`) as JSONL."""
         rows = [
-            r for r in self.records if request_id is None or request_id in (r["request_id"], r["x_request_id"])
+            r
+            for r in self.records
+            if request_id is None or request_id in (r["request_id"], r["x_request_id"])
         ]
         return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()
 

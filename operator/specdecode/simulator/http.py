@@ -137,7 +137,10 @@ class Connection(asyncio.Protocol):
         self.handler.handle(req, self)
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
-        lines = [b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\n" % (status, REASONS.get(status, b"OK"), _date())]
+        lines = [
+            b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\n"
+            % (status, REASONS.get(status, b"OK"), _date())
+        ]
         lines.extend(b"%s: %s\r\n" % kv for kv in headers)
         if not self._keep_alive:
             lines.append(b"connection: close\r\n")
@@ -145,7 +148,11 @@ class Connection(asyncio.Protocol):
         return b"".join(lines)
 
     def respond(
-        self, status: int, body: bytes, content_type: bytes = b"application/json", headers: list[tuple[bytes, bytes]] | None = None
+        self,
+        status: int,
+        body: bytes,
+        content_type: bytes = b"application/json",
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         """Send a whole response."""
         hs = [(b"content-length", b"%d" % len(body)), (b"content-type", content_type), *(headers or [])]
@@ -155,7 +162,11 @@ class Connection(asyncio.Protocol):
 
     def start_stream(self, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         """Send the head of a chunked `text/event-stream` response."""
-        hs = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"transfer-encoding", b"chunked"), *(headers or [])]
+        hs = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"transfer-encoding", b"chunked"),
+            *(headers or []),
+        ]
         if self.transport is not None and not self.closed:
             self.transport.write(self._head(200, hs))
 

@@ -15,12 +15,74 @@ from collections.abc import Sequence
 
 CONTENT_TYPE = b"text/plain; version=1.0.0; charset=utf-8"
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)  # fmt: skip
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                   240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -140,45 +202,83 @@ class EngineMetrics:
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
         head("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.")
         cached = self.prompt_tokens - self.prompt_tokens_computed
-        for source, v in (("local_compute", self.prompt_tokens_computed), ("local_cache_hit", cached),
-                          ("external_kv_transfer", 0)):  # fmt: skip
+        for source, v in (
+            ("local_compute", self.prompt_tokens_computed),
+            ("local_cache_hit", cached),
+            ("external_kv_transfer", 0),
+        ):
             out.append(f'vllm:prompt_tokens_by_source_total{{{lab},source="{source}"}} {_num(v)}')
         counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", cached)
         counter("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
-        counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                self.prefix_cache_queries)  # fmt: skip
-        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                self.prefix_cache_hits)  # fmt: skip
+        counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            self.prefix_cache_queries,
+        )
+        counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            self.prefix_cache_hits,
+        )
         head("vllm:request_success", "counter", "Count of successfully processed requests.")
         for reason, v in self.success.items():
             out.append(f'vllm:request_success_total{{{lab},finished_reason="{reason}"}} {_num(v)}')
         hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", self.request_prompt_tokens)
-        hist("vllm:request_generation_tokens", "Number of generation tokens processed.",
-             self.request_generation_tokens)  # fmt: skip
-        hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-             self.iteration_tokens)  # fmt: skip
-        hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-             self.request_max_tokens)  # fmt: skip
+        hist(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            self.request_generation_tokens,
+        )
+        hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            self.iteration_tokens,
+        )
+        hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            self.request_max_tokens,
+        )
         hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
         hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
-        hist("vllm:request_time_per_output_token_seconds",
-             "Histogram of time_per_output_token_seconds per request.", self.tpot)  # fmt: skip
+        hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            self.tpot,
+        )
         hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e)
-        hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-             self.queue_time)  # fmt: skip
-        hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-             self.inference_time)  # fmt: skip
-        hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-             self.prefill_time)  # fmt: skip
-        hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-             self.decode_time)  # fmt: skip
+        hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            self.queue_time,
+        )
+        hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            self.inference_time,
+        )
+        hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            self.prefill_time,
+        )
+        hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            self.decode_time,
+        )
         if self.k > 0:
             counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", self.spec_drafts)
             counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", self.spec_draft_tokens)
             counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", self.spec_accepted)
-            head("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-                 "Accepted tokens per draft position.")  # fmt: skip
+            head(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "counter",
+                "Accepted tokens per draft position.",
+            )
             for pos, v in enumerate(self.spec_accepted_per_pos):
-                out.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{pos}"}} {_num(v)}')
+                out.append(
+                    f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{pos}"}} {_num(v)}'
+                )
         out.append("")
         return "\n".join(out).encode()

@@ -30,34 +30,99 @@ from specdecode.simulator.scheduler import SpecConfig
 
 #: vLLM flags taking one value that the simulator accepts and ignores.
 IGNORED_VALUE_FLAGS = (
-    "gpu-memory-utilization", "device-memory-utilization", "tensor-parallel-size", "pipeline-parallel-size",
-    "data-parallel-size", "dtype", "kv-cache-dtype", "quantization", "revision", "tokenizer",
-    "tokenizer-revision", "code-revision", "download-dir", "load-format", "attention-backend",
-    "kv-cache-memory-bytes", "max-log-len", "uvicorn-log-level", "log-level", "disable-access-log-for-endpoints",
-    "override-generation-config", "custom-histogram-buckets", "prefix-caching-hash-algo", "stream-interval",
-    "performance-mode", "optimization-level", "shutdown-timeout", "api-server-count", "fingerprint-mode",
-    "chat-template", "tool-call-parser", "reasoning-parser", "block-size", "swap-space", "cpu-offload-gb",
-    "hf-overrides", "compilation-config", "limit-mm-per-prompt", "sse-keep-alive-interval", "root-path",
-    "max-loras", "max-lora-rank", "distributed-executor-backend", "show-hidden-metrics-for-version",
-    "max-num-partial-prefills", "long-prefill-token-threshold", "scheduling-policy", "config",
-)  # fmt: skip
+    "gpu-memory-utilization",
+    "device-memory-utilization",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "data-parallel-size",
+    "dtype",
+    "kv-cache-dtype",
+    "quantization",
+    "revision",
+    "tokenizer",
+    "tokenizer-revision",
+    "code-revision",
+    "download-dir",
+    "load-format",
+    "attention-backend",
+    "kv-cache-memory-bytes",
+    "max-log-len",
+    "uvicorn-log-level",
+    "log-level",
+    "disable-access-log-for-endpoints",
+    "override-generation-config",
+    "custom-histogram-buckets",
+    "prefix-caching-hash-algo",
+    "stream-interval",
+    "performance-mode",
+    "optimization-level",
+    "shutdown-timeout",
+    "api-server-count",
+    "fingerprint-mode",
+    "chat-template",
+    "tool-call-parser",
+    "reasoning-parser",
+    "block-size",
+    "swap-space",
+    "cpu-offload-gb",
+    "hf-overrides",
+    "compilation-config",
+    "limit-mm-per-prompt",
+    "sse-keep-alive-interval",
+    "root-path",
+    "max-loras",
+    "max-lora-rank",
+    "distributed-executor-backend",
+    "show-hidden-metrics-for-version",
+    "max-num-partial-prefills",
+    "long-prefill-token-threshold",
+    "scheduling-policy",
+    "config",
+)
 IGNORED_SHORT_VALUE_FLAGS = ("-tp", "-pp", "-dp", "-q", "-O", "-asc")
 #: vLLM boolean flags the simulator accepts and ignores.
 IGNORED_SWITCHES = (
-    "enforce-eager", "no-enforce-eager", "trust-remote-code", "no-trust-remote-code", "enable-chunked-prefill",
-    "disable-chunked-prefill", "no-enable-chunked-prefill", "async-scheduling", "no-async-scheduling",
-    "disable-log-stats", "enable-log-requests", "disable-log-requests", "enable-log-outputs",
-    "disable-uvicorn-access-log", "enable-force-include-usage", "enable-prompt-tokens-details",
-    "enable-per-request-metrics", "disable-per-request-metrics", "enable-auto-tool-choice", "kv-cache-metrics",
-    "enable-mfu-metrics", "enable-lora", "enable-server-load-tracking", "enable-request-id-headers",
-    "disable-fastapi-docs", "disable-frontend-multiprocessing",
-)  # fmt: skip
+    "enforce-eager",
+    "no-enforce-eager",
+    "trust-remote-code",
+    "no-trust-remote-code",
+    "enable-chunked-prefill",
+    "disable-chunked-prefill",
+    "no-enable-chunked-prefill",
+    "async-scheduling",
+    "no-async-scheduling",
+    "disable-log-stats",
+    "enable-log-requests",
+    "disable-log-requests",
+    "enable-log-outputs",
+    "disable-uvicorn-access-log",
+    "enable-force-include-usage",
+    "enable-prompt-tokens-details",
+    "enable-per-request-metrics",
+    "disable-per-request-metrics",
+    "enable-auto-tool-choice",
+    "kv-cache-metrics",
+    "enable-mfu-metrics",
+    "enable-lora",
+    "enable-server-load-tracking",
+    "enable-request-id-headers",
+    "disable-fastapi-docs",
+    "disable-frontend-multiprocessing",
+)
 
 PARAM_FLAGS: dict[str, type] = {
-    "decode_step_ms": float, "batch_token_ms": float, "prefill_token_ms": float, "max_num_seqs": int,
-    "max_num_batched_tokens": int, "kv_cache_tokens": int, "acceptance_rate": float, "draft_cost_ratio": float,
-    "draft_fixed_ms": float, "output_mismatch_rate": float, "error_rate": float,
-}  # fmt: skip
+    "decode_step_ms": float,
+    "batch_token_ms": float,
+    "prefill_token_ms": float,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "kv_cache_tokens": int,
+    "acceptance_rate": float,
+    "draft_cost_ratio": float,
+    "draft_fixed_ms": float,
+    "output_mismatch_rate": float,
+    "error_rate": float,
+}
 
 
 class OptionsError(ValueError):
@@ -66,7 +131,11 @@ class OptionsError(ValueError):
 
 class _Ignored(argparse.Action):
     def __call__(
-        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, option_string: str | None = None
+        self,
+        parser: argparse.ArgumentParser,
+        ns: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
     ) -> None:
         ignored: list[str] = getattr(ns, "ignored", None) or []
         ignored.append(f"{option_string} {values}" if values else str(option_string))
@@ -81,37 +150,79 @@ def _spellings(name: str) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the simulator's options to `p` (the `specdecode sim` subparser or a standalone parser)."""
-    p.add_argument("model", nargs="?", default="Qwen/Qwen3-0.6B", metavar="MODEL", help="model name (only reported)")
+    p.add_argument(
+        "model", nargs="?", default="Qwen/Qwen3-0.6B", metavar="MODEL", help="model name (only reported)"
+    )
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME", help="first name is used")
     p.add_argument("--host", default=None, help="bind address (default: all IPv4, 0.0.0.0)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--seed", type=int, default=0, help="seeds the text and the acceptance draws")
     prefix = p.add_mutually_exclusive_group()
-    prefix.add_argument("--enable-prefix-caching", *_spellings("enable-prefix-caching")[1:], dest="prefix_caching",
-                        action="store_true", default=False)  # fmt: skip
-    prefix.add_argument("--disable-prefix-caching", "--no-enable-prefix-caching", dest="prefix_caching",
-                        action="store_false")  # fmt: skip
+    prefix.add_argument(
+        "--enable-prefix-caching",
+        *_spellings("enable-prefix-caching")[1:],
+        dest="prefix_caching",
+        action="store_true",
+        default=False,
+    )
+    prefix.add_argument(
+        "--disable-prefix-caching", "--no-enable-prefix-caching", dest="prefix_caching", action="store_false"
+    )
     p.add_argument("--generation-config", default="auto", help="accepted; the simulator has neutral defaults")
-    p.add_argument("--api-key", nargs="+", default=None, metavar="KEY", help="required on /v1 (env VLLM_API_KEY)")
-    p.add_argument("--speculative-config", *_spellings("speculative-config")[1:], default=None, metavar="JSON")
-    p.add_argument("--per-request-spec-decode-metrics", *_spellings("per-request-spec-decode-metrics")[1:],
-                   choices=("none", "summary", "detailed"), default="none")  # fmt: skip
+    p.add_argument(
+        "--api-key", nargs="+", default=None, metavar="KEY", help="required on /v1 (env VLLM_API_KEY)"
+    )
+    p.add_argument(
+        "--speculative-config", *_spellings("speculative-config")[1:], default=None, metavar="JSON"
+    )
+    p.add_argument(
+        "--per-request-spec-decode-metrics",
+        *_spellings("per-request-spec-decode-metrics")[1:],
+        choices=("none", "summary", "detailed"),
+        default="none",
+    )
     p.add_argument("--max-model-len", *_spellings("max-model-len")[1:], type=int, default=2048)
     p.add_argument("--profile", default=DEFAULT_PROFILE, help="named parameter set (see --list-profiles)")
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     for name, typ in PARAM_FLAGS.items():
         flag = name.replace("_", "-")
-        p.add_argument(*_spellings(flag), dest=f"param_{name}", type=typ, default=None, metavar="X",
-                       help=f"override the profile's {name}")  # fmt: skip
+        p.add_argument(
+            *_spellings(flag),
+            dest=f"param_{name}",
+            type=typ,
+            default=None,
+            metavar="X",
+            help=f"override the profile's {name}",
+        )
     faults = p.add_argument_group("fault injection and ground truth")
-    faults.add_argument("--startup-delay", type=float, default=0.0, metavar="S",
-                        help="seconds of 'model loading': /health answers 503 until then")  # fmt: skip
-    faults.add_argument("--crash-after", type=float, default=None, metavar="S",
-                        help="exit with status 1 after S seconds of serving (the crash switch)")  # fmt: skip
-    faults.add_argument("--disconnect-rate", type=float, default=0.0, metavar="X",
-                        help="fraction of streams the server drops halfway (deterministic per request)")  # fmt: skip
-    faults.add_argument("--ground-truth", type=Path, default=None, metavar="FILE",
-                        help="append one JSON line per finished request (also at GET /sim/ground_truth)")  # fmt: skip
+    faults.add_argument(
+        "--startup-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds of 'model loading': /health answers 503 until then",
+    )
+    faults.add_argument(
+        "--crash-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="exit with status 1 after S seconds of serving (the crash switch)",
+    )
+    faults.add_argument(
+        "--disconnect-rate",
+        type=float,
+        default=0.0,
+        metavar="X",
+        help="fraction of streams the server drops halfway (deterministic per request)",
+    )
+    faults.add_argument(
+        "--ground-truth",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per finished request (also at GET /sim/ground_truth)",
+    )
     faults.add_argument("--wake-margin-ms", type=float, default=1.5, help=argparse.SUPPRESS)
     ignored = p.add_argument_group("vLLM flags accepted and ignored")
     for name in IGNORED_VALUE_FLAGS:
@@ -119,7 +230,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for short in IGNORED_SHORT_VALUE_FLAGS:
         ignored.add_argument(short, action=_Ignored, dest="ignored", help=argparse.SUPPRESS)
     for name in IGNORED_SWITCHES:
-        ignored.add_argument(*_spellings(name), action=_Ignored, nargs=0, dest="ignored", help=argparse.SUPPRESS)
+        ignored.add_argument(
+            *_spellings(name), action=_Ignored, nargs=0, dest="ignored", help=argparse.SUPPRESS
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +283,9 @@ def parse_speculative_config(raw: str, *, acceptance_rate: float) -> tuple[dict[
             raise OptionsError(f"--speculative-config: {key} must be a string")
     rates = cfg.get("synthetic_acceptance_rates")
     if rates is not None:
-        if not (isinstance(rates, list) and len(rates) == k and all(isinstance(r, int | float) for r in rates)):
+        if not (
+            isinstance(rates, list) and len(rates) == k and all(isinstance(r, int | float) for r in rates)
+        ):
             raise OptionsError("--speculative-config: synthetic_acceptance_rates must be k numbers")
         return cfg, SpecConfig.from_unconditional([float(r) for r in rates])
     return cfg, SpecConfig.constant(k, acceptance_rate)
@@ -185,10 +300,13 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
     spec_cfg: dict[str, Any] | None = None
     spec: SpecConfig | None = None
     if ns.speculative_config is not None:
-        spec_cfg, spec = parse_speculative_config(ns.speculative_config, acceptance_rate=params.acceptance_rate)
+        spec_cfg, spec = parse_speculative_config(
+            ns.speculative_config, acceptance_rate=params.acceptance_rate
+        )
     if ns.per_request_spec_decode_metrics != "none" and spec is None:
         raise OptionsError(
-            "--per-request-spec-decode-metrics requires speculative decoding to be enabled (via --speculative-config)."
+            "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+            "(via --speculative-config)."
         )
     keys = ns.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else [])
     return SimOptions(

@@ -180,7 +180,9 @@ class Scheduler:
         ms = p.decode_step_ms + p.batch_token_ms * decode_seqs * (k + 1) + p.prefill_token_ms * prefill_tokens
         if k > 0:
             if producing > 0:
-                ms += k * (p.draft_fixed_ms + p.draft_cost_ratio * (p.decode_step_ms + p.batch_token_ms * producing))
+                ms += k * (
+                    p.draft_fixed_ms + p.draft_cost_ratio * (p.decode_step_ms + p.batch_token_ms * producing)
+                )
             ms += p.draft_cost_ratio * p.prefill_token_ms * prefill_tokens
         return ms
 

@@ -38,8 +38,12 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
     """Run the server until SIGTERM/SIGINT (or `--crash-after`)."""
     loop = asyncio.get_running_loop()
     k = opts.spec.k if opts.spec else 0
-    metrics = EngineMetrics(model_name=opts.served_model_name, num_spec_tokens=k, max_model_len=opts.max_model_len)
-    sched = Scheduler(opts.params, opts.spec, seed=opts.seed, metrics=metrics, prefix_caching=opts.prefix_caching)
+    metrics = EngineMetrics(
+        model_name=opts.served_model_name, num_spec_tokens=k, max_model_len=opts.max_model_len
+    )
+    sched = Scheduler(
+        opts.params, opts.spec, seed=opts.seed, metrics=metrics, prefix_caching=opts.prefix_caching
+    )
     engine = Engine(sched, wake_margin_s=opts.wake_margin_s)
     truth = GroundTruth(opts.ground_truth)
     cfg = api.ApiConfig(
@@ -54,13 +58,21 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
         disconnect_rate=opts.disconnect_rate,
     )
     app = api.App(cfg, engine, metrics, truth)
-    server = await loop.create_server(lambda: Connection(app), opts.host, opts.port, reuse_address=True, backlog=4096)
+    server = await loop.create_server(
+        lambda: Connection(app), opts.host, opts.port, reuse_address=True, backlog=4096
+    )
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     engine_task = asyncio.create_task(engine.run())
-    log.info("specdecode sim %s on http://%s:%d (profile %s, k=%d): loading", opts.model, opts.host, opts.port,
-             opts.profile, k)  # fmt: skip
+    log.info(
+        "specdecode sim %s on http://%s:%d (profile %s, k=%d): loading",
+        opts.model,
+        opts.host,
+        opts.port,
+        opts.profile,
+        k,
+    )
     if opts.ignored:
         log.info("ignored vLLM flags: %s", " ".join(opts.ignored))
 
