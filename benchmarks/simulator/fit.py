@@ -42,14 +42,16 @@ def control(p: SimParams) -> list[tuple[float, float]]:
     return out
 
 
+def treatment_tpot(p: SimParams) -> list[float]:
+    """Treatment TPOT p50 in ms per concurrency."""
+    return [
+        closed_loop(p, SPEC, concurrency=c, num_requests=requests_at(c)).tpot_p50_ms for c in CONCURRENCIES
+    ]
+
+
 def ratios(p: SimParams) -> list[float]:
     """Treatment/control TPOT p50 per concurrency."""
-    out = []
-    for c in CONCURRENCIES:
-        n = requests_at(c)
-        t = closed_loop(p, SPEC, concurrency=c, num_requests=n).tpot_p50_ms
-        out.append(t / closed_loop(p, None, concurrency=c, num_requests=n).tpot_p50_ms)
-    return out
+    return [t / c for t, (c, _) in zip(treatment_tpot(p), control(p), strict=True)]
 
 
 def fit_control() -> SimParams:
@@ -71,16 +73,24 @@ def fit_control() -> SimParams:
 
 
 def fit_draft(base: SimParams, measured: tuple[float, ...]) -> SimParams:
+    """Coarse grid over (draft_cost_ratio, draft_fixed_ms), then a finer grid around the best."""
     target = [t / c for t, c in zip(measured, CONTROL_TPOT, strict=True)]
-    best: tuple[float, SimParams] | None = None
-    for r, f in itertools.product([0.02 * i for i in range(0, 60)], [0.25 * i for i in range(0, 40)]):
-        p = base.with_overrides({"draft_cost_ratio": round(r, 3), "draft_fixed_ms": round(f, 3)})
-        got = ratios(p)
-        score = max(abs(g / m - 1) for g, m in zip(got, target, strict=True))
-        if best is None or score < best[0]:
-            best = (score, p)
-    assert best is not None
-    return best[1]
+    ctl = [c for c, _ in control(base)]
+
+    def score(r: float, f: float) -> float:
+        p = base.with_overrides({"draft_cost_ratio": r, "draft_fixed_ms": f})
+        got = [t / c for t, c in zip(treatment_tpot(p), ctl, strict=True)]
+        return max(abs(g / m - 1) for g, m in zip(got, target, strict=True))
+
+    grid = [(round(0.1 * i, 3), round(0.5 * j, 3)) for i in range(21) for j in range(21)]
+    r0, f0 = min(grid, key=lambda rf: score(*rf))
+    fine = [
+        (round(max(0.0, r0 + 0.02 * i), 3), round(max(0.0, f0 + 0.1 * j), 3))
+        for i in range(-5, 6)
+        for j in range(-5, 6)
+    ]
+    r1, f1 = min(fine, key=lambda rf: score(*rf))
+    return base.with_overrides({"draft_cost_ratio": r1, "draft_fixed_ms": f1})
 
 
 def report(name: str, p: SimParams, measured: tuple[float, ...]) -> None:
@@ -98,7 +108,12 @@ def report(name: str, p: SimParams, measured: tuple[float, ...]) -> None:
 
 
 if __name__ == "__main__":
-    base = fit_control()
+    import sys
+
+    if "--control" in sys.argv:
+        base = fit_control()
+    else:  # the control fit is slow (a 1920-point grid); its result:
+        base = SimParams(decode_step_ms=4.64, batch_token_ms=0.011, prefill_token_ms=0.014)
     print("control fit:", base)
     for name, measured in TREATMENT_TPOT.items():
         report(name, fit_draft(base, measured), measured)
