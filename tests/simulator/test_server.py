@@ -185,6 +185,7 @@ def test_ground_truth_file_gets_one_line_per_request(start_sim: StartSim, tmp_pa
     sim = start_sim(*FAST, "--ground-truth", str(path))
     for p in PROMPTS[:3]:
         sim.post("/v1/completions", {"model": "m", "prompt": p, "max_tokens": 3})
+    assert sim.stop() == 0  # the file is written every 0.2 s and at exit
     assert len(path.read_text().splitlines()) == 3
 
 

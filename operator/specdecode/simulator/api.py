@@ -437,8 +437,12 @@ class ResponseSink:
         conn = self.conn
         if self.seq.aborted:
             return
-        if self.record["scheduled"] is None:
-            self.record["scheduled"] = self.seq.scheduled_at
+        if self.stream and not em.finished and self.disconnect_after is None:
+            # The hot path: one chunk of a running stream.
+            self._chunks.append([time.monotonic(), em.tokens, scheduled])
+            if not conn.closed:
+                conn.transport.write(self._pending)  # type: ignore[union-attr]
+            return
         # The record is stored before the last write, so a client that has read the whole response
         # always finds it at /sim/ground_truth; chunks are stamped just before their write.
         if self.stream:
@@ -528,6 +532,7 @@ class ResponseSink:
 
     def _finish(self, status: str, em: Emission | None) -> None:
         r = self.record
+        r["scheduled"] = self.seq.scheduled_at
         r["status"] = status
         r["completion_tokens"] = em.generated if em else self.seq.generated
         r["finish_reason"] = (

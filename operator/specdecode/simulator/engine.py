@@ -5,7 +5,8 @@ Invariants:
 - step n ends at `anchor + Σ durations` (absolute deadlines): a late wake-up shortens the next wait
   instead of shifting every later step, so lateness never accumulates; the anchor resets only when
   the engine goes idle;
-- a step's chunks are rendered while waiting for its deadline and written right at it; asyncio's
+- a step's chunks are rendered while waiting for its deadline and written right at it, before the
+  step's metrics are updated; asyncio's
   timers have millisecond granularity, so the loop wakes `wake_margin_s` early and spins to the
   deadline on `time.monotonic()`.
 """
@@ -71,9 +72,10 @@ class Engine:
                     sink.prepare(em)
             deadline = anchor + step.duration_s
             await self._sleep_until(deadline)
-            sched.complete(step, deadline)
+            # Write first, account after: metrics and state updates do not delay the chunks.
             for em in step.emissions:
                 sink = em.seq.sink
                 if sink is not None:
                     sink.flush(em, deadline)
+            sched.complete(step, deadline)
             anchor = deadline

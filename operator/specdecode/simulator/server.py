@@ -88,19 +88,27 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
             truth.close()
             os._exit(1)
 
+    async def write_truth() -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            truth.write_file()
+
     loader = asyncio.create_task(load())
+    writer = asyncio.create_task(write_truth())
     try:
         await stop.wait()
     finally:
         log.info("Shutting down")
         loader.cancel()
+        writer.cancel()
         engine.stop()
         server.close()
         engine_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await engine_task
-        with contextlib.suppress(asyncio.CancelledError):
-            await loader
+        for task in (loader, writer):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         truth.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
