@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -234,7 +235,7 @@ class App:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": 0,
             "finish_reason": None,
-            "chunks": [],
+            "chunks": array("d"),  # flat (written, tokens, boundary) triples; see groundtruth
         }
         if text.unit("error", *fault_key) < p.error_rate and not (
             stream and text.unit("error-kind", *fault_key) < 0.5
@@ -357,7 +358,7 @@ class ResponseSink:
         self.headers = headers
         self.parts: list[str] = []
         self._pending = b""
-        self._chunks: list[list[float]] = record["chunks"]
+        self._chunks: array[float] = record["chunks"]
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         model = app.cfg.served_model_name
@@ -439,14 +440,14 @@ class ResponseSink:
             return
         if self.stream and not em.finished and self.disconnect_after is None:
             # The hot path: one chunk of a running stream.
-            self._chunks.append([time.monotonic(), em.tokens, scheduled])
+            self._chunks.extend((time.monotonic(), em.tokens, scheduled))
             if not conn.closed:
                 conn.transport.write(self._pending)  # type: ignore[union-attr]
             return
         # The record is stored before the last write, so a client that has read the whole response
         # always finds it at /sim/ground_truth; chunks are stamped just before their write.
         if self.stream:
-            self._chunks.append([time.monotonic(), em.tokens, scheduled])
+            self._chunks.extend((time.monotonic(), em.tokens, scheduled))
             if (
                 self.disconnect_after is not None
                 and em.generated >= self.disconnect_after
@@ -463,7 +464,7 @@ class ResponseSink:
             if em.finished:
                 conn.end_stream()
             return
-        self._chunks.append([time.monotonic(), em.tokens, scheduled])
+        self._chunks.extend((time.monotonic(), em.tokens, scheduled))
         if em.finished:
             if em.error:
                 err = ApiError(
@@ -473,7 +474,7 @@ class ResponseSink:
                 body = err.body()
             else:
                 body = _json(self._full_response(em))
-            self._chunks[-1][0] = time.monotonic()
+            self._chunks[-3] = time.monotonic()
             self._finish("error" if em.error else "ok", em)
             conn.respond(self.record["http_status"], body, headers=self.headers)
 
@@ -539,6 +540,7 @@ class ResponseSink:
             "error" if status == "error" else (self.seq.finish_reason if status == "ok" else None)
         )
         self.app.truth.add(r)
+        self.seq.sink = None  # break the seq <-> sink cycle: finished requests are freed without the GC
 
     def lost(self) -> None:
         """The client went away: abort the sequence (vLLM does not count it as finished)."""

@@ -15,7 +15,9 @@ Times are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by all processes o
 so a client on the same host can subtract its own `time.monotonic()` stamps directly; add
 `wall_minus_monotonic` for wall-clock time. `written` is taken just before the socket write (a
 client may read the bytes before `write()` returns), so `client_ts - written >= 0` always holds;
-`written - step_boundary` is the simulator's own lag.
+`written - step_boundary` is the simulator's own lag. In memory a record keeps its chunks as a
+flat `array('d')` (no per-chunk Python objects for the garbage collector to walk: with lists, full
+collections over 10^7 chunk objects stalled the engine loop for tens of ms).
 """
 
 from __future__ import annotations
@@ -47,8 +49,14 @@ class GroundTruth:
         """Append the records added since the last call to the file (the server calls it every 0.2 s)."""
         if self._file is not None and self._unwritten:
             rows, self._unwritten = self._unwritten, []
-            self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+            self._file.write("".join(self._dump(r) for r in rows))
             self._file.flush()
+
+    @staticmethod
+    def _dump(record: dict[str, Any]) -> str:
+        flat = record["chunks"]
+        chunks = [[flat[i], int(flat[i + 1]), flat[i + 2]] for i in range(0, len(flat), 3)]
+        return json.dumps({**record, "chunks": chunks}, separators=(",", ":")) + "\n"
 
     def jsonl(self, request_id: str | None = None) -> bytes:
         """The records (or those whose request id or x-request-id is `request_id`) as JSONL."""
@@ -57,7 +65,7 @@ class GroundTruth:
             for r in self.records
             if request_id is None or request_id in (r["request_id"], r["x_request_id"])
         ]
-        return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()
+        return "".join(self._dump(r) for r in rows).encode()
 
     def clear(self) -> None:
         """Forget the in-memory records (the file keeps them)."""
