@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit crd venv clean
+.PHONY: demo test lint typecheck unit crd venv clean prometheus
 
 venv: $(STAMP)
 
@@ -32,7 +32,11 @@ crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
 	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
 
-unit: $(STAMP)
+# A real Prometheus server for the tests (Debian's package), installed only when missing.
+prometheus:
+	@prometheus --version >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends prometheus; }
+
+unit: $(STAMP) prometheus
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_operator(sub)
     _add_run(sub)
     _add_demo(sub)
+    _add_sim(sub)
     return parser
 
 
@@ -168,6 +169,18 @@ def _demo(args: argparse.Namespace) -> int:
     example = resources.files("specdecode.local").joinpath("demo.yaml")
     with resources.as_file(example) as path:
         return runner.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
+def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
+
+    p = sub.add_parser("sim", help="the vLLM simulator as a server (design.md §6)")
+    options.add_arguments(p)
+    p.set_defaults(func=_sim)
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from specdecode.simulator import server
+
+    return server.main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Pure data (so validation can check a profile name without importing the simulator). Fitted to
 `shared/reference/h200-vllm-measurements.md`: an 8B-shaped target on one H200, vLLM 0.20, k = 4.
-The fit and its residuals are recorded in benchmarks/README.md (simulator calibration).
+The step model these parameters feed is described in `specdecode/simulator/scheduler.py`; the fit
+(`benchmarks/simulator/fit.py`) and its residuals are recorded in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -14,15 +15,28 @@ from dataclasses import asdict, dataclass, replace
 class SimParams:
     """All simulator parameters (design.md §6), in milliseconds where they are times."""
 
-    decode_step_ms: float = 4.6
-    batch_token_ms: float = 0.024
-    prefill_token_ms: float = 0.04
+    decode_step_ms: float = 4.64
+    """Target decode step at batch 1 (the batch-independent part: weight reads, launches)."""
+    batch_token_ms: float = 0.011
+    """Extra step time per verified decode token in the step (decode seqs x (k+1)); the compute slope."""
+    prefill_token_ms: float = 0.014
+    """Prefill time per prompt token (chunked under max_num_batched_tokens)."""
     max_num_seqs: int = 256
+    """Batch cap; more requests wait in a FIFO queue."""
+    max_num_batched_tokens: int = 8192
+    """Token budget of one step (vLLM's flag of the same name); prompts are prefilled in chunks."""
+    kv_cache_tokens: int = 500_000
+    """KV-cache capacity in tokens, only for `vllm:kv_cache_usage_perc` (no preemption is modelled)."""
     acceptance_rate: float = 0.8
+    """Per-position conditional acceptance probability of a draft token (treatment)."""
     draft_cost_ratio: float = 0.1
+    """One draft forward pass relative to a target decode step at the same batch."""
     draft_fixed_ms: float = 0.0
+    """Fixed cost per draft pass (launches, sync), independent of the draft's size."""
     output_mismatch_rate: float = 0.0
+    """Fraction of treatment requests whose text diverges from the control's (fault injection)."""
     error_rate: float = 0.0
+    """Fraction of requests answered with an error (fault injection)."""
 
     def with_overrides(self, overrides: dict[str, float | int]) -> SimParams:
         """A copy with some parameters replaced (unknown names raise TypeError)."""
@@ -34,9 +48,12 @@ class SimParams:
 
 
 PROFILES: dict[str, SimParams] = {
-    # Initial estimates from the reference's derived figures; refined by the calibration fit.
-    "h200-8b-draft-1b": SimParams(draft_cost_ratio=1.6, draft_fixed_ms=0.0, acceptance_rate=0.8),
-    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.1, draft_fixed_ms=0.0, acceptance_rate=0.8),
+    # Fitted by benchmarks/simulator/fit.py (residuals in benchmarks/README.md). The target's
+    # decode_step_ms, batch_token_ms and prefill_token_ms are shared (the defaults above).
+    # 16-layer draft: a pass costs 2.5 ms + 0.9 x the target step (about 6.7 ms at batch 1).
+    "h200-8b-draft-1b": SimParams(draft_cost_ratio=0.9, draft_fixed_ms=2.5),
+    # 2-layer draft: a pass costs 0.48 x the target step (about 2.2 ms at batch 1, growing with the batch).
+    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.48, draft_fixed_ms=0.0),
 }
 
 DEFAULT_PROFILE = "h200-8b-draft-tiny"

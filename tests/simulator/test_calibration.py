@@ -1,0 +1,35 @@
+"""The shipped profiles reproduce the H200 measurements (shared/reference/h200-vllm-measurements.md).
+
+Runs the scheduler in virtual time with the reference workload (256 in / 128 out, closed loop,
+k = 4, acceptance 0.8, 24 requests at C <= 4 and 3C above) and compares median TPOT.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specdecode.experiment.simprofiles import PROFILES
+from specdecode.simulator.scheduler import SpecConfig
+from specdecode.simulator.virtual import closed_loop
+
+CONTROL_TPOT_MS = {1: 4.63, 4: 4.67, 16: 4.90, 64: 6.15}
+TREATMENT_TPOT_MS = {
+    "h200-8b-draft-1b": {1: 10.63, 4: 8.95, 16: 11.22, 64: 12.22},
+    "h200-8b-draft-tiny": {1: 4.08, 4: 4.15, 16: 5.02, 64: 7.12},
+}
+
+
+@pytest.mark.parametrize("profile", sorted(TREATMENT_TPOT_MS))
+@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
+def test_profile_reproduces_h200_control_tpot_and_speculation_ratio_within_10_percent(
+    profile: str, concurrency: int
+) -> None:
+    params = PROFILES[profile]
+    n = 24 if concurrency <= 4 else 3 * concurrency
+    control = closed_loop(params, None, concurrency=concurrency, num_requests=n).tpot_p50_ms
+    treatment = closed_loop(
+        params, SpecConfig.constant(4, 0.8), concurrency=concurrency, num_requests=n
+    ).tpot_p50_ms
+    assert control == pytest.approx(CONTROL_TPOT_MS[concurrency], rel=0.10)
+    measured_ratio = TREATMENT_TPOT_MS[profile][concurrency] / CONTROL_TPOT_MS[concurrency]
+    assert treatment / control == pytest.approx(measured_ratio, rel=0.10)
