@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import sys
 import time
@@ -254,7 +255,13 @@ if __name__ == "__main__":
     parser.add_argument("--prefill-steps", type=int, default=2)
     parser.add_argument("--tokens-per-step", default="1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO when permitted (timing tests)")
     ns = parser.parse_args()
+    if ns.realtime:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        except (AttributeError, PermissionError, OSError):
+            pass
     try:
         import uvloop
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -230,17 +231,23 @@ class _Run:
     async def _one(self, st: _StageState, i: int, arm: str, payload: tuple[str, bytes], intended: float | None,
                    slot: int | None) -> None:
         ex = http.Exchange()
+        parsed: sse.Stream | BaseException | None = None
         try:
             await http.exchange(self.pools[arm], payload[1], timeout=self.plan.request_timeout_s, ex=ex)
+            resp = ex.response
+            if ex.error is None and resp is not None and resp.status == 200:
+                try:
+                    parsed = await sse.read(resp.pieces)  # after the stream, in slices
+                except (sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
+                    parsed = exc
         except asyncio.CancelledError:
-            ex.error = asyncio.CancelledError()
-            self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, cancelled=True))
+            self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, None, cancelled=True))
             raise
-        rec = self._record(st, i, arm, payload[0], ex, intended, slot)
-        self._done(st, rec)
+        self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, parsed))
 
     def _record(self, st: _StageState, i: int, arm: str, rid: str, ex: http.Exchange, intended: float | None,
-                slot: int | None, *, cancelled: bool = False) -> records.RequestRecord:
+                slot: int | None, parsed_or_error: sse.Stream | BaseException | None, *,
+                cancelled: bool = False) -> records.RequestRecord:
         req = st.plan.requests[i]
         resp = ex.response
         rel = self._rel
@@ -251,16 +258,15 @@ class _Run:
         )
         stream_error: BaseException | None = None
         parsed: sse.Stream | None = None
+        if isinstance(parsed_or_error, sse.Stream):
+            parsed = parsed_or_error
+            if not parsed.done:
+                stream_error = sse.MalformedStreamError("stream ended without [DONE]")
+        elif parsed_or_error is not None:
+            stream_error = parsed_or_error
         if resp is not None:
             fields.update(http_status=resp.status or None, headers=rel(resp.headers_at),
                           first_byte=rel(resp.first_byte), end=rel(resp.end))
-            if ex.error is None and resp.status == 200:
-                try:
-                    parsed = sse.parse(sse.split_events(resp.pieces))
-                    if not parsed.done:
-                        stream_error = sse.MalformedStreamError("stream ended without [DONE]")
-                except (sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
-                    stream_error = exc
         if fields.get("end") is None:
             fields["end"] = rel(time.monotonic())
         if cancelled:
@@ -411,6 +417,10 @@ class _Run:
         # connections ready before the first send (open loop: a guess; closed loop: exact)
         warm = sp.concurrency if sp.concurrency else min(256, max(4, int((sp.rate or 1) * 2)))
         await asyncio.gather(*(self.pools[arm].prewarm(warm) for arm in self.arms))
+        # no cyclic GC inside a stage: a full collection over the records pauses the loop for
+        # milliseconds, which would show up as measurement error; collect at the boundary instead
+        gc.collect()
+        gc.disable()
         try:
             if sp.open_loop:
                 await self._open_loop(st)
@@ -419,6 +429,7 @@ class _Run:
             while st.tasks:  # drain
                 await asyncio.gather(*list(st.tasks))
         finally:
+            gc.enable()
             if watcher is not None:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

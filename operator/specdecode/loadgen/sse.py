@@ -13,13 +13,18 @@ event counts as one token and `token_source` says `chunks` (a labelled fallback,
 
 from __future__ import annotations
 
-import bisect
+import asyncio
 import json
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-_SEPARATOR = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+try:  # 2-3x faster than the standard library on stream chunks; optional
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    _loads = json.loads
 
 
 class MalformedStreamError(ValueError):
@@ -52,27 +57,32 @@ class Stream:
 
 def split_events(pieces: list[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
     """Raw SSE events with the arrival time of each event's first byte."""
-    if not pieces:
-        return []
-    starts: list[int] = []
-    offset = 0
-    for _, chunk in pieces:
-        starts.append(offset)
-        offset += len(chunk)
-    body = b"".join(chunk for _, chunk in pieces)
     events: list[tuple[float, bytes]] = []
-    pos = 0
-    for match in _SEPARATOR.finditer(body):
-        raw = body[pos : match.start()]
-        if raw.strip():
-            # skip leading blank bytes so the stamp is that of the event's first real byte
-            lead = len(raw) - len(raw.lstrip())
-            at = pieces[bisect.bisect_right(starts, pos + lead) - 1][0]
-            events.append((at, raw))
-        pos = match.end()
-    tail = body[pos:]
-    if tail.strip():
-        raise MalformedStreamError(f"stream ends inside an event: {tail[:60]!r}")
+    append = events.append
+    buf = b""  # an unfinished event carried over from earlier pieces
+    buf_at = 0.0  # arrival of its first non-blank byte
+    for at, chunk in pieces:
+        if buf:
+            first_at = buf_at if buf.strip() else at
+            data = buf + chunk
+        else:
+            first_at, data = at, chunk
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        parts = data.split(b"\n\n")
+        tail = parts.pop()
+        if parts:
+            raw = parts[0]
+            if raw and not raw.isspace():
+                append((first_at, raw))
+            for raw in parts[1:]:
+                if raw and not raw.isspace():
+                    append((at, raw))
+            buf, buf_at = tail, at
+        else:
+            buf, buf_at = data, first_at
+    if buf.strip():
+        raise MalformedStreamError(f"stream ends inside an event: {buf[:60]!r}")
     return events
 
 
@@ -92,15 +102,48 @@ def _data(raw: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
+def _decode(datas: list[bytes]) -> list[Any]:
+    """JSON-decode every event in one call (per-call overhead dominates for small chunks)."""
+    try:
+        return list(_loads(b"[" + b",".join(datas) + b"]"))
+    except ValueError:
+        for data in datas:  # find the culprit for the message
+            try:
+                json.loads(data)
+            except ValueError:
+                raise MalformedStreamError(f"event is not JSON: {data[:60]!r}") from None
+        raise MalformedStreamError("events are not JSON") from None
+
+
 def parse(events: list[tuple[float, bytes]]) -> Stream:
     """Parse stamped events; raises MalformedStreamError or StreamErrorEvent."""
     out = Stream()
-    parts: list[str] = []
-    last_tokens = 0
-    usage_seen_on_content = False
-    fallback_tokens = 0
+    for _ in _steps(events, out, len(events) + 1):
+        pass
+    return out
+
+
+async def read(pieces: list[tuple[float, bytes]], *, step: int = 128) -> Stream:
+    """`parse(split_events(pieces))`, yielding to the event loop every `step` events.
+
+    A long stream takes milliseconds to parse; in slices, other streams' bytes are still stamped
+    on time meanwhile.
+    """
+    out = Stream()
+    for _ in _steps(split_events(pieces), out, step):
+        await asyncio.sleep(0)
+    return out
+
+
+def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterator[None]:
+    """The parser, as a generator that pauses every `step` events."""
+    times: list[float] = []
+    datas: list[bytes] = []
     for at, raw in events:
-        data = _data(raw)
+        if raw.startswith(b"data: ") and b"\n" not in raw:
+            data: bytes | None = raw[6:]  # the common case: one data line
+        else:
+            data = _data(raw)
         if data is None:
             continue
         if data.strip() == b"[DONE]":
@@ -108,44 +151,58 @@ def parse(events: list[tuple[float, bytes]]) -> Stream:
             continue
         if out.done:
             raise MalformedStreamError("data after [DONE]")
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise MalformedStreamError(f"event is not JSON: {data[:60]!r}") from None
-        if not isinstance(chunk, dict):
+        times.append(at)
+        datas.append(data)
+    parts: list[str] = []
+    token_events = out.token_events
+    last_tokens = 0
+    usage_seen_on_content = False
+    fallback_tokens = 0
+    decoded: list[Any] = []
+    for k in range(0, len(datas), step):
+        decoded += _decode(datas[k : k + step])
+        yield
+    for n, (at, chunk) in enumerate(zip(times, decoded, strict=True), start=1):
+        if n % step == 0:
+            yield
+        if type(chunk) is not dict:
             raise MalformedStreamError("event is not a JSON object")
-        if "error" in chunk:
+        choices = chunk.get("choices")
+        if choices:
+            # one choice: requests never set n > 1
+            choice = choices[0]
+            piece = choice.get("text")
+            if piece is None:
+                delta = choice.get("delta")
+                piece = delta.get("content") if delta else None
+            if piece:
+                parts.append(piece)
+            if choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+        elif "error" in chunk:
             err = chunk["error"]
             message = err.get("message", err) if isinstance(err, dict) else err
             raise StreamErrorEvent(str(message)[:200])
-        out.n_events += 1
-        content = ""
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta")
-            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if piece:
-                content += piece
-            if choice.get("finish_reason"):
-                out.finish_reason = choice["finish_reason"]
-        if content:
-            parts.append(content)
+        else:
+            piece = None
         usage = chunk.get("usage")
-        if isinstance(usage, dict):
+        if usage:
             tokens = usage.get("completion_tokens")
-            if isinstance(tokens, int):
-                if chunk.get("choices"):
+            if tokens is not None:
+                if choices:
                     usage_seen_on_content = True
                     if tokens > last_tokens:
-                        out.token_events.append((at, tokens))
+                        token_events.append((at, tokens))
                         last_tokens = tokens
                 out.completion_tokens = tokens
-            if isinstance(usage.get("prompt_tokens"), int):
+            if "prompt_tokens" in usage:
                 out.prompt_tokens = usage["prompt_tokens"]
-        elif content and not usage_seen_on_content:
+        elif piece and not usage_seen_on_content:
             fallback_tokens += 1
-            out.token_events.append((at, fallback_tokens))
-        if isinstance(chunk.get("metrics"), dict):
+            token_events.append((at, fallback_tokens))
+        if "metrics" in chunk and isinstance(chunk["metrics"], dict):
             out.metrics = chunk["metrics"]
+    out.n_events = len(datas)
     if not usage_seen_on_content and fallback_tokens:
         # usage only on the final chunk (or none): the per-event counts are a chunk-count fallback
         out.token_source = "chunks"
@@ -153,4 +210,3 @@ def parse(events: list[tuple[float, bytes]]) -> Stream:
             t_last, _ = out.token_events[-1]
             out.token_events[-1] = (t_last, out.completion_tokens)
     out.text = "".join(parts)
-    return out
