@@ -47,16 +47,27 @@ def _validate(args: argparse.Namespace) -> int:
 def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("loadgen", help="load both arms with the experiment's workload (the load Job)")
     p.add_argument("--experiment", required=True, type=Path, metavar="FILE", help="experiment YAML file")
-    p.add_argument("--control-url", required=True, metavar="URL", help="control arm base URL (http://host:port)")
+    p.add_argument(
+        "--control-url", required=True, metavar="URL", help="control arm base URL (http://host:port)"
+    )
     p.add_argument("--treatment-url", required=True, metavar="URL", help="treatment arm base URL")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="results directory")
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
-    p.add_argument("--scrape-metrics", action="store_true",
-                   help="read each arm's /metrics at stage boundaries (counter deltas per stage)")
-    p.add_argument("--control-metrics-url", metavar="URL", help="where to scrape the control (default: its URL)")
+    p.add_argument(
+        "--scrape-metrics",
+        action="store_true",
+        help="read each arm's /metrics at stage boundaries (counter deltas per stage)",
+    )
+    p.add_argument(
+        "--control-metrics-url", metavar="URL", help="where to scrape the control (default: its URL)"
+    )
     p.add_argument("--treatment-metrics-url", metavar="URL", help="where to scrape the treatment")
-    p.add_argument("--dataset-file", type=Path, metavar="FILE",
-                   help="JSONL prompts (e.g. the mounted ConfigMap key of a configMap dataset)")
+    p.add_argument(
+        "--dataset-file",
+        type=Path,
+        metavar="FILE",
+        help="JSONL prompts (e.g. the mounted ConfigMap key of a configMap dataset)",
+    )
     p.add_argument("--salt", help="nonce salt of the prompts (default: seed and time)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_loadgen)
@@ -66,10 +77,18 @@ def _loadgen(args: argparse.Namespace) -> int:
     from specdecode.loadgen import command
 
     return command.main(
-        experiment=args.experiment, control_url=args.control_url, treatment_url=args.treatment_url,
-        out=args.out, api_key_env=args.api_key_env, scrape_metrics=args.scrape_metrics, quiet=args.quiet,
-        control_metrics_url=args.control_metrics_url, treatment_metrics_url=args.treatment_metrics_url,
-        dataset_file=args.dataset_file, salt=args.salt, err=sys.stderr,
+        experiment=args.experiment,
+        control_url=args.control_url,
+        treatment_url=args.treatment_url,
+        out=args.out,
+        api_key_env=args.api_key_env,
+        scrape_metrics=args.scrape_metrics,
+        quiet=args.quiet,
+        control_metrics_url=args.control_metrics_url,
+        treatment_metrics_url=args.treatment_metrics_url,
+        dataset_file=args.dataset_file,
+        salt=args.salt,
+        err=sys.stderr,
     )
 
 

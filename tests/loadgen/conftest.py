@@ -19,8 +19,9 @@ FAKE = Path(__file__).with_name("fakevllm.py")
 
 class FakeServer:
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(FAKE), "--port", "0", "--realtime", *args],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(FAKE), "--port", "0", "--realtime", *args], stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         self.port = int(line.split()[1])

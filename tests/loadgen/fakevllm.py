@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -53,14 +54,21 @@ class Server:
         self.rng = random.Random(args.seed)
         self.streams: list[Stream] = []
         self.truth: dict[str, dict[str, Any]] = {}
-        self.counters = {"success": 0, "generation": 0, "prompt": 0, "drafts": 0, "draft_tokens": 0,
-                         "accepted": 0}
+        self.counters = {
+            "success": 0,
+            "generation": 0,
+            "prompt": 0,
+            "drafts": 0,
+            "draft_tokens": 0,
+            "accepted": 0,
+        }
         self.per_pos = [0] * max(self.k_hi - 1, 0)
         self.wake = asyncio.Event()
 
     # ------------------------------------------------------------------ HTTP
-    def handle(self, transport: asyncio.Transport, method: str, path: str, headers: dict[str, str],
-               body: bytes) -> None:
+    def handle(
+        self, transport: asyncio.Transport, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> None:
         if method == "GET" and path == "/truth":
             self.reply(transport, 200, json.dumps(self.truth).encode(), "application/json")
         elif method == "GET" and path == "/metrics":
@@ -82,15 +90,19 @@ class Server:
         chat = path.endswith("chat/completions")
         prompt = req["messages"][-1]["content"] if chat else req["prompt"]
         rid = headers.get("x-request-id", f"anon-{len(self.truth)}")
-        fault = next((f for f in ("http500", "malformed", "streamerror", "disconnect") if f"FAULT:{f}" in prompt),
-                     None)
+        fault = next(
+            (f for f in ("http500", "malformed", "streamerror", "disconnect") if f"FAULT:{f}" in prompt), None
+        )
         self.truth[rid] = {"arrival": now, "emits": [], "fault": fault}
         if fault == "http500":
             self.reply(transport, 500, b'{"error":{"message":"injected"}}', "application/json")
             return
-        transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        self.streams.append(Stream(rid, transport, chat, int(req.get("max_tokens", 16)), prompt,
-                                   len(prompt.split()), fault))
+        transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        self.streams.append(
+            Stream(rid, transport, chat, int(req.get("max_tokens", 16)), prompt, len(prompt.split()), fault)
+        )
         self.wake.set()
 
     # ------------------------------------------------------------------ engine
@@ -102,8 +114,12 @@ class Server:
         if s.chat:
             choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
             return {"id": s.rid, "object": "chat.completion.chunk", "choices": [choice], "usage": usage}
-        return {"id": s.rid, "object": "text_completion",
-                "choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage}
+        return {
+            "id": s.rid,
+            "object": "text_completion",
+            "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+            "usage": usage,
+        }
 
     @staticmethod
     def frame(obj: Any) -> bytes:
@@ -126,8 +142,11 @@ class Server:
             if s.chunks > 1 or s.emitted > k:  # the prefill step's first token is not a verify step
                 s.hist.append(k - 1)
             finish = "length" if s.emitted >= s.max_tokens else None
-            usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.emitted,
-                     "total_tokens": s.prompt_tokens + s.emitted}
+            usage = {
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.emitted,
+                "total_tokens": s.prompt_tokens + s.emitted,
+            }
             payload = self.frame(self.chunk(s, text, finish, usage))
             if s.fault == "malformed" and s.chunks == 2:
                 payload = self.frame(b"{not json")
@@ -154,11 +173,17 @@ class Server:
                 hist[min(a, k)] += 1
             steps = len(s.hist)
             accepted = sum(s.hist)
-            final["metrics"] = {"speculative_decoding": {
-                "mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
-                "draft_acceptance_rate": accepted / (steps * k) if steps else 0.0,
-                "acceptance_histogram": hist, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted,
-                "num_draft_tokens": steps * k, "num_spec_tokens": k}}
+            final["metrics"] = {
+                "speculative_decoding": {
+                    "mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
+                    "draft_acceptance_rate": accepted / (steps * k) if steps else 0.0,
+                    "acceptance_histogram": hist,
+                    "num_spec_steps": steps,
+                    "num_accepted_draft_tokens": accepted,
+                    "num_draft_tokens": steps * k,
+                    "num_spec_tokens": k,
+                }
+            }
             self.counters["drafts"] += steps
             self.counters["draft_tokens"] += steps * k
             self.counters["accepted"] += accepted
@@ -204,8 +229,10 @@ class Server:
                 f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {c['accepted']}",
                 "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
             ]
-            lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}'
-                      for p, v in enumerate(self.per_pos)]
+            lines += [
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}'
+                for p, v in enumerate(self.per_pos)
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -258,10 +285,8 @@ if __name__ == "__main__":
     parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO when permitted (timing tests)")
     ns = parser.parse_args()
     if ns.realtime:
-        try:
+        with contextlib.suppress(AttributeError, PermissionError, OSError):
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        except (AttributeError, PermissionError, OSError):
-            pass
     try:
         import uvloop
 

@@ -29,7 +29,8 @@ def make_spec(**workload: Any) -> spec.ExperimentSpec:
     }
     wl.update(workload)
     return spec.ExperimentSpec.model_validate(
-        {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 3}, "workload": wl})
+        {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 3}, "workload": wl}
+    )
 
 
 def run(plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path, **kw: Any) -> runner.RunResult:
@@ -45,11 +46,16 @@ def read_records(out: Path) -> list[records.RequestRecord]:
 def two_arms(start: Start, *control_args: str) -> tuple[FakeServer, FakeServer, dict[str, runner.Endpoint]]:
     control = start(*control_args)
     treatment = start("--tokens-per-step", "1-4", *control_args)
-    return control, treatment, {"control": runner.Endpoint(control.url), "treatment": runner.Endpoint(treatment.url)}
+    return (
+        control,
+        treatment,
+        {"control": runner.Endpoint(control.url), "treatment": runner.Endpoint(treatment.url)},
+    )
 
 
-def errors_vs_truth(recs: Sequence[records.RequestRecord], anchor: records.RunAnchor,
-                    truths: dict[str, dict[str, Any]]) -> tuple[list[float], list[float]]:
+def errors_vs_truth(
+    recs: Sequence[records.RequestRecord], anchor: records.RunAnchor, truths: dict[str, dict[str, Any]]
+) -> tuple[list[float], list[float]]:
     """Client-measured minus true TTFT and TPOT, in ms.
 
     True TTFT runs from when the request left the client (the send stamp is taken just before the
@@ -69,8 +75,9 @@ def errors_vs_truth(recs: Sequence[records.RequestRecord], anchor: records.RunAn
     return ttft_err, tpot_err
 
 
-def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99(fake_server: Start,
-                                                                                 tmp_path: Path) -> None:
+def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99(
+    fake_server: Start, tmp_path: Path
+) -> None:
     """Moderate load: 16 streams per arm, 8 ms engine steps, 1-4 tokens per chunk on the treatment.
 
     A timing test on a shared machine: the OS can stall any process for milliseconds, so it runs
@@ -81,7 +88,8 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
     for attempt in range(3):
         control, treatment, endpoints = two_arms(fake_server, "--step-ms", "8")
         plan = plan_mod.plan_from_spec(
-            make_spec(stages=[{"name": "c16", "concurrency": 16}], requestsPerStage=100), Path("."))
+            make_spec(stages=[{"name": "c16", "concurrency": 16}], requestsPerStage=100), Path()
+        )
         out = tmp_path / f"attempt{attempt}"
         with realtime():
             result = run(plan, endpoints, out)
@@ -89,8 +97,10 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
         assert len(recs) == 200 and all(r.ok for r in recs)
         truths = {**control.truth(), **treatment.truth()}
         ttft_err, tpot_err = errors_vs_truth(recs, result.anchor, truths)
-        p99 = (summary.quantile([abs(e) for e in ttft_err], 0.99) or 0.0,
-               summary.quantile([abs(e) for e in tpot_err], 0.99) or 0.0)
+        p99 = (
+            summary.quantile([abs(e) for e in ttft_err], 0.99) or 0.0,
+            summary.quantile([abs(e) for e in tpot_err], 0.99) or 0.0,
+        )
         attempts.append(p99)
         if max(p99) < 1.0:
             break
@@ -107,15 +117,21 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
 def test_pairs_share_prompt_seed_and_intended_time_in_both_arms(fake_server: Start, tmp_path: Path) -> None:
     _, _, endpoints = two_arms(fake_server)
     plan = plan_mod.plan_from_spec(
-        make_spec(stages=[{"name": "open", "rate": 40.0}, {"name": "closed", "concurrency": 4}],
-                  requestsPerStage=30, warmupRequests=4, dataset={"type": "builtin", "name": "mixed"}), Path("."))
+        make_spec(
+            stages=[{"name": "open", "rate": 40.0}, {"name": "closed", "concurrency": 4}],
+            requestsPerStage=30,
+            warmupRequests=4,
+            dataset={"type": "builtin", "name": "mixed"},
+        ),
+        Path(),
+    )
     run(plan, endpoints, tmp_path)
     recs = read_records(tmp_path)
     by_key: dict[tuple[str, int], dict[str, records.RequestRecord]] = {}
     for r in recs:
         by_key.setdefault((r.stage, r.index), {})[r.arm] = r
     assert len(by_key) == 4 + 30 + 30
-    for (stage, index), pair in by_key.items():
+    for (stage, _index), pair in by_key.items():
         c, t = pair["control"], pair["treatment"]
         assert c.prompt_id == t.prompt_id and c.category == t.category
         assert c.intended == t.intended
@@ -142,11 +158,19 @@ def test_errors_are_counted_per_class_and_the_run_goes_on(fake_server: Start, tm
     dataset.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     server = fake_server()
     plan = plan_mod.plan_from_spec(
-        make_spec(dataset={"type": "jsonl", "path": str(dataset)}, requestsPerStage=8,
-                  stages=[{"name": "c2", "concurrency": 2}]), Path("."))
+        make_spec(
+            dataset={"type": "jsonl", "path": str(dataset)},
+            requestsPerStage=8,
+            stages=[{"name": "c2", "concurrency": 2}],
+        ),
+        Path(),
+    )
     out = tmp_path / "out"
-    result = run(plan, {"control": runner.Endpoint(server.url), "treatment": runner.Endpoint("http://127.0.0.1:9")},
-                 out)
+    result = run(
+        plan,
+        {"control": runner.Endpoint(server.url), "treatment": runner.Endpoint("http://127.0.0.1:9")},
+        out,
+    )
     recs = read_records(out)
     assert len(recs) == 16
     control = result.summary["stages"][0]["arms"]["control"]
@@ -159,16 +183,25 @@ def test_errors_are_counted_per_class_and_the_run_goes_on(fake_server: Start, tm
 
 def test_an_interrupted_run_keeps_what_it_measured(fake_server: Start, tmp_path: Path) -> None:
     _, _, endpoints = two_arms(fake_server)
-    plan = plan_mod.plan_from_spec(make_spec(stages=[{"name": "slow", "rate": 20.0}], requestsPerStage=200),
-                                   Path("."))
-    seen: list[runner.RequestDone] = []
+    plan = plan_mod.plan_from_spec(
+        make_spec(stages=[{"name": "slow", "rate": 20.0}], requestsPerStage=200), Path()
+    )
 
     async def main() -> None:
+        enough = asyncio.Event()
+        done = 0
+
+        def progress(event: runner.ProgressEvent) -> None:
+            nonlocal done
+            if isinstance(event, runner.RequestDone):
+                done += 1
+                if done >= 20:
+                    enough.set()
+
         task = asyncio.get_running_loop().create_task(
-            runner.run(plan, endpoints, tmp_path, progress=lambda e: seen.append(e)  # type: ignore[arg-type]
-                       if isinstance(e, runner.RequestDone) else None))
-        while len(seen) < 20:
-            await asyncio.sleep(0.01)
+            runner.run(plan, endpoints, tmp_path, progress=progress)
+        )
+        await enough.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -185,12 +218,15 @@ def test_an_interrupted_run_keeps_what_it_measured(fake_server: Start, tmp_path:
     assert windows["windows"][0]["stage"] == "slow"
 
 
-def test_the_stop_rule_ends_a_stage_early_and_drains_in_flight_requests(fake_server: Start,
-                                                                      tmp_path: Path) -> None:
+def test_the_stop_rule_ends_a_stage_early_and_drains_in_flight_requests(
+    fake_server: Start, tmp_path: Path
+) -> None:
     _, _, endpoints = two_arms(fake_server)
     plan = plan_mod.plan_from_spec(
         make_spec(stages=[{"name": "a", "concurrency": 4}, {"name": "b", "rate": 50.0}], requestsPerStage=60),
-        Path("."), look_every=10)
+        Path(),
+        look_every=10,
+    )
     looks: list[tuple[str, int]] = []
 
     def stop_rule(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
@@ -209,8 +245,14 @@ def test_the_stop_rule_ends_a_stage_early_and_drains_in_flight_requests(fake_ser
 def test_scraped_server_counters_become_per_stage_deltas(fake_server: Start, tmp_path: Path) -> None:
     _, _, endpoints = two_arms(fake_server)
     plan = plan_mod.plan_from_spec(
-        make_spec(stages=[{"name": "a", "concurrency": 4}, {"name": "b", "concurrency": 2}], requestsPerStage=10,
-                  warmupRequests=2), Path("."), scrape_metrics=True)
+        make_spec(
+            stages=[{"name": "a", "concurrency": 4}, {"name": "b", "concurrency": 2}],
+            requestsPerStage=10,
+            warmupRequests=2,
+        ),
+        Path(),
+        scrape_metrics=True,
+    )
     result = run(plan, endpoints, tmp_path)
     windows = [w for w in result.windows if w.stage != "warmup"]
     for w in windows:
@@ -221,22 +263,51 @@ def test_scraped_server_counters_become_per_stage_deltas(fake_server: Start, tmp
         assert treatment.num_drafts and treatment.num_accepted_tokens is not None
         assert len(treatment.accepted_per_position) == 3
     stage_recs = [r for r in read_records(tmp_path) if r.stage == "a" and r.arm == "treatment"]
-    assert sum(r.spec_decode["num_spec_steps"] for r in stage_recs if r.spec_decode) == windows[0].server[
-        "treatment"].num_drafts
+    assert (
+        sum(r.spec_decode["num_spec_steps"] for r in stage_recs if r.spec_decode)
+        == windows[0].server["treatment"].num_drafts
+    )
 
 
-def test_the_cli_runs_an_experiment_file_and_writes_the_results(fake_server: Start, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_runs_an_experiment_file_and_writes_the_results(
+    fake_server: Start, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     control, treatment, _ = two_arms(fake_server)
     experiment = tmp_path / "exp.yaml"
-    experiment.write_text(json.dumps({
-        "apiVersion": "specdecode.io/v1alpha1", "kind": "SpecDecodeExperiment", "metadata": {"name": "x"},
-        "spec": {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
-                 "workload": {"dataset": {"type": "builtin"}, "stages": [{"name": "low", "rate": 30.0}],
-                              "requestsPerStage": 12, "warmupRequests": 2}}}))
+    experiment.write_text(
+        json.dumps(
+            {
+                "apiVersion": "specdecode.io/v1alpha1",
+                "kind": "SpecDecodeExperiment",
+                "metadata": {"name": "x"},
+                "spec": {
+                    "model": "m",
+                    "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
+                    "workload": {
+                        "dataset": {"type": "builtin"},
+                        "stages": [{"name": "low", "rate": 30.0}],
+                        "requestsPerStage": 12,
+                        "warmupRequests": 2,
+                    },
+                },
+            }
+        )
+    )
     out = tmp_path / "out"
-    code = cli.main(["loadgen", "--experiment", str(experiment), "--control-url", control.url,
-                     "--treatment-url", treatment.url, "--out", str(out), "--scrape-metrics"])
+    code = cli.main(
+        [
+            "loadgen",
+            "--experiment",
+            str(experiment),
+            "--control-url",
+            control.url,
+            "--treatment-url",
+            treatment.url,
+            "--out",
+            str(out),
+            "--scrape-metrics",
+        ]
+    )
     assert code == 0
     assert len(read_records(out)) == 28
     doc = json.loads((out / runner.SUMMARY_FILE).read_text())
@@ -244,12 +315,24 @@ def test_the_cli_runs_an_experiment_file_and_writes_the_results(fake_server: Sta
     assert "low" in capsys.readouterr().err
 
 
-def test_the_cli_refuses_an_invalid_experiment_with_exit_2(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_refuses_an_invalid_experiment_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     experiment = tmp_path / "exp.yaml"
     experiment.write_text("spec: {model: m}\n")
-    code = cli.main(["loadgen", "--experiment", str(experiment), "--control-url", "http://x:1",
-                     "--treatment-url", "http://y:1", "--out", str(tmp_path / "out")])
+    code = cli.main(
+        [
+            "loadgen",
+            "--experiment",
+            str(experiment),
+            "--control-url",
+            "http://x:1",
+            "--treatment-url",
+            "http://y:1",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2
     assert "specdecode loadgen:" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TextIO
 
 from specdecode.experiment import documents, validation
+from specdecode.loadgen import http, runner, workload
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner, workload
 
 
 class _Printer:
@@ -29,29 +29,49 @@ class _Printer:
     def __call__(self, event: runner.ProgressEvent) -> None:
         if isinstance(event, runner.StageStarted):
             self.done, self.failed, self.total = 0, 0, event.requests * 2
-            print(f"[{event.position + 1}/{event.total}] {event.stage}: {event.requests} requests, {event.load}",
-                  file=self.out, flush=True)
+            head = f"[{event.position + 1}/{event.total}] {event.stage}"
+            print(f"{head}: {event.requests} requests, {event.load}", file=self.out, flush=True)
         elif isinstance(event, runner.RequestDone):
             self.done += 1
             self.failed += not event.ok
             step = max(1, self.total // 10)
             if self.done % step == 0:
-                print(f"  {event.stage}: {self.done}/{self.total} done, {self.failed} failed", file=self.out, flush=True)
+                print(
+                    f"  {event.stage}: {self.done}/{self.total} done, {self.failed} failed",
+                    file=self.out,
+                    flush=True,
+                )
         else:
             w = event.window
             note = " (stopped early)" if event.stopped_early else ""
             print(f"  {event.stage}: finished in {w.end - w.start:.1f} s{note}", file=self.out, flush=True)
 
 
-def main(*, experiment: Path, control_url: str, treatment_url: str, out: Path, api_key_env: str | None,
-         scrape_metrics: bool, quiet: bool, control_metrics_url: str | None = None,
-         treatment_metrics_url: str | None = None, dataset_file: Path | None = None, salt: str | None = None,
-         err: TextIO = sys.stderr) -> int:
+def main(
+    *,
+    experiment: Path,
+    control_url: str,
+    treatment_url: str,
+    out: Path,
+    api_key_env: str | None,
+    scrape_metrics: bool,
+    quiet: bool,
+    control_metrics_url: str | None = None,
+    treatment_metrics_url: str | None = None,
+    dataset_file: Path | None = None,
+    salt: str | None = None,
+    err: TextIO = sys.stderr,
+) -> int:
     """Load both arms as the experiment's workload says; write results under `out`."""
     try:
         exp = documents.load_experiment(experiment)
-        plan = plan_mod.plan_from_spec(exp.spec, experiment.resolve().parent, dataset_file=dataset_file,
-                                       salt=salt, scrape_metrics=scrape_metrics)
+        plan = plan_mod.plan_from_spec(
+            exp.spec,
+            experiment.resolve().parent,
+            dataset_file=dataset_file,
+            salt=salt,
+            scrape_metrics=scrape_metrics,
+        )
         api_key = None
         if api_key_env:
             api_key = os.environ.get(api_key_env)
@@ -62,10 +82,15 @@ def main(*, experiment: Path, control_url: str, treatment_url: str, out: Path, a
             "treatment": runner.Endpoint(treatment_url, treatment_metrics_url, api_key),
         }
         for ep in endpoints.values():
-            runner.http.Origin.parse(ep.url)
+            http.Origin.parse(ep.url)
             if ep.metrics_url:
-                runner.http.Origin.parse(ep.metrics_url)
-    except (validation.InvalidSpecError, documents.UnreadableFileError, workload.DatasetError, ValueError) as exc:
+                http.Origin.parse(ep.metrics_url)
+    except (
+        validation.InvalidSpecError,
+        documents.UnreadableFileError,
+        workload.DatasetError,
+        ValueError,
+    ) as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"specdecode loadgen: {line}", file=err)
         return 2

@@ -27,9 +27,16 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
-_HEAD, _BODY_LENGTH, _BODY_CHUNK_SIZE, _BODY_CHUNK_DATA, _BODY_CHUNK_CRLF, _BODY_TRAILER, _BODY_CLOSE, _DONE = range(
-    8
-)
+(
+    _HEAD,
+    _BODY_LENGTH,
+    _BODY_CHUNK_SIZE,
+    _BODY_CHUNK_DATA,
+    _BODY_CHUNK_CRLF,
+    _BODY_TRAILER,
+    _BODY_CLOSE,
+    _DONE,
+) = range(8)
 _MAX_HEAD = 64 * 1024
 
 
@@ -383,7 +390,9 @@ class Pool:
         self._idle.clear()
 
 
-def request_bytes(origin: Origin, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+def request_bytes(
+    origin: Origin, method: str, path: str, headers: dict[str, str], body: bytes = b""
+) -> bytes:
     """Serialise one HTTP/1.1 request."""
     lines = [f"{method} {origin.prefix}{path} HTTP/1.1", f"Host: {origin.host_header}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -404,8 +413,8 @@ class Exchange:
     error: BaseException | None = None
 
 
-async def exchange(pool: Pool, payload: bytes, *, timeout: float, ex: Exchange | None = None) -> Exchange:
-    """Send `payload` and read the whole response, within `timeout` seconds.
+async def exchange(pool: Pool, payload: bytes, *, limit_s: float, ex: Exchange | None = None) -> Exchange:
+    """Send `payload` and read the whole response, within `limit_s` seconds.
 
     Never raises for network or protocol failures: they land in `Exchange.error` (and
     `TimeoutError` for the timeout). Cancellation propagates, closing the connection. The caller may
@@ -424,7 +433,7 @@ async def exchange(pool: Pool, payload: bytes, *, timeout: float, ex: Exchange |
                 ex.connect_s = time.monotonic() - t0
             ex.sent = time.monotonic()
             fut = conn.start(payload)
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(limit_s):
                 ex.response = await fut
             ex.error = None
             pool.release(conn)
@@ -453,10 +462,12 @@ async def exchange(pool: Pool, payload: bytes, *, timeout: float, ex: Exchange |
     return ex  # pragma: no cover - the loop always returns
 
 
-async def get(pool: Pool, path: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None) -> Response:
+async def get(
+    pool: Pool, path: str, *, limit_s: float = 10.0, headers: dict[str, str] | None = None
+) -> Response:
     """A plain GET (for /metrics, /health); raises HttpError or TimeoutError."""
     payload = request_bytes(pool.origin, "GET", path, {"Accept": "*/*", **(headers or {})})
-    ex = await exchange(pool, payload, timeout=timeout)
+    ex = await exchange(pool, payload, limit_s=limit_s)
     if ex.error is not None:
         raise ex.error
     assert ex.response is not None

@@ -72,26 +72,58 @@ class Plan:
     """Echoed into the summary (arrival process, dataset, ...)."""
 
 
-def _stage_requests(spec: spec_mod.ExperimentSpec, items: list[workload.Item] | None, *, name: str, n: int,
-                    first: int, salt: str) -> tuple[workload.PreparedRequest, ...]:
+def _stage_requests(
+    spec: spec_mod.ExperimentSpec,
+    items: list[workload.Item] | None,
+    *,
+    name: str,
+    n: int,
+    first: int,
+    salt: str,
+) -> tuple[workload.PreparedRequest, ...]:
     wl = spec.workload
     out: list[workload.PreparedRequest] = []
     for i in range(n):
         if items is None:
             assert isinstance(wl.dataset, spec_mod.SyntheticDataset)
-            out.append(workload.synthetic_request(model=spec.served_name, sampling=wl.sampling,
-                                                  dataset=wl.dataset, seed=spec.engine.seed, salt=salt,
-                                                  stage=name, index=i))
+            out.append(
+                workload.synthetic_request(
+                    model=spec.served_name,
+                    sampling=wl.sampling,
+                    dataset=wl.dataset,
+                    seed=spec.engine.seed,
+                    salt=salt,
+                    stage=name,
+                    index=i,
+                )
+            )
         else:
             item = items[(first + i) % len(items)]
-            out.append(workload.item_request(item, model=spec.served_name, sampling=wl.sampling,
-                                             seed=spec.engine.seed, salt=salt, stage=name, index=i))
+            out.append(
+                workload.item_request(
+                    item,
+                    model=spec.served_name,
+                    sampling=wl.sampling,
+                    seed=spec.engine.seed,
+                    salt=salt,
+                    stage=name,
+                    index=i,
+                )
+            )
     return tuple(out)
 
 
-def plan_from_spec(spec: spec_mod.ExperimentSpec, base_dir: Path, *, dataset_file: Path | None = None,
-                   salt: str | None = None, scrape_metrics: bool = False, warmup_concurrency: int = 4,
-                   budgets: Budgets | None = None, look_every: int = 20) -> Plan:
+def plan_from_spec(
+    spec: spec_mod.ExperimentSpec,
+    base_dir: Path,
+    *,
+    dataset_file: Path | None = None,
+    salt: str | None = None,
+    scrape_metrics: bool = False,
+    warmup_concurrency: int = 4,
+    budgets: Budgets | None = None,
+    look_every: int = 20,
+) -> Plan:
     """The plan of an experiment: warm-up (closed loop) first, then the spec's stages in order."""
     wl = spec.workload
     seed = spec.engine.seed
@@ -106,24 +138,42 @@ def plan_from_spec(spec: spec_mod.ExperimentSpec, base_dir: Path, *, dataset_fil
         warm_items = items
         if items is not None and len(items) > wl.warmup_requests:
             warm_items, measured_items = items[: wl.warmup_requests], items[wl.warmup_requests :]
-        stages.append(StagePlan(
-            name=WARMUP, warmup=True, concurrency=max(1, min(warmup_concurrency, wl.warmup_requests)),
-            requests=_stage_requests(spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt)))
+        stages.append(
+            StagePlan(
+                name=WARMUP,
+                warmup=True,
+                concurrency=max(1, min(warmup_concurrency, wl.warmup_requests)),
+                requests=_stage_requests(
+                    spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt
+                ),
+            )
+        )
     first = 0
     for stage in wl.stages:
         n = spec.stage_requests(stage)
         reqs = _stage_requests(spec, measured_items, name=stage.name, n=n, first=first, salt=salt)
         first += n
         if stage.rate is not None:
-            offs = schedule.offsets(wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name,
-                                    burstiness=wl.burstiness)
+            offs = schedule.offsets(
+                wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name, burstiness=wl.burstiness
+            )
             stages.append(StagePlan(name=stage.name, requests=reqs, rate=stage.rate, offsets=tuple(offs)))
         else:
             stages.append(StagePlan(name=stage.name, requests=reqs, concurrency=stage.concurrency))
     dataset = wl.dataset.model_dump(by_alias=True, exclude_none=True)
     return Plan(
-        stages=tuple(stages), seed=seed, salt=salt, request_timeout_s=wl.request_timeout_seconds,
-        scrape_metrics=scrape_metrics, budgets=budgets or Budgets(), look_every=look_every,
-        description={"arrival": wl.arrival.value, "burstiness": wl.burstiness, "dataset": dataset,
-                     "sampling": wl.sampling.model_dump(by_alias=True), "model": spec.served_name},
+        stages=tuple(stages),
+        seed=seed,
+        salt=salt,
+        request_timeout_s=wl.request_timeout_seconds,
+        scrape_metrics=scrape_metrics,
+        budgets=budgets or Budgets(),
+        look_every=look_every,
+        description={
+            "arrival": wl.arrival.value,
+            "burstiness": wl.burstiness,
+            "dataset": dataset,
+            "sampling": wl.sampling.model_dump(by_alias=True),
+            "model": spec.served_name,
+        },
     )

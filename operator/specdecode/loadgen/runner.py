@@ -170,8 +170,14 @@ def error_class(ex: http.Exchange, stream_error: BaseException | None) -> str | 
 
 
 class _Run:
-    def __init__(self, plan: Plan, endpoints: Mapping[str, Endpoint], out_dir: Path,
-                 stop_rule: StopRule | None, progress: Progress | None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        endpoints: Mapping[str, Endpoint],
+        out_dir: Path,
+        stop_rule: StopRule | None,
+        progress: Progress | None,
+    ) -> None:
         self.plan = plan
         self.arms = [a for a in ARMS if a in endpoints] + [a for a in endpoints if a not in ARMS]
         self.endpoints = endpoints
@@ -228,12 +234,19 @@ class _Run:
             headers["Authorization"] = f"Bearer {key}"
         return rid, http.request_bytes(self.origins[arm], "POST", path, headers, body)
 
-    async def _one(self, st: _StageState, i: int, arm: str, payload: tuple[str, bytes], intended: float | None,
-                   slot: int | None) -> None:
+    async def _one(
+        self,
+        st: _StageState,
+        i: int,
+        arm: str,
+        payload: tuple[str, bytes],
+        intended: float | None,
+        slot: int | None,
+    ) -> None:
         ex = http.Exchange()
         parsed: sse.Stream | BaseException | None = None
         try:
-            await http.exchange(self.pools[arm], payload[1], timeout=self.plan.request_timeout_s, ex=ex)
+            await http.exchange(self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex)
             resp = ex.response
             if ex.error is None and resp is not None and resp.status == 200:
                 try:
@@ -245,16 +258,34 @@ class _Run:
             raise
         self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, parsed))
 
-    def _record(self, st: _StageState, i: int, arm: str, rid: str, ex: http.Exchange, intended: float | None,
-                slot: int | None, parsed_or_error: sse.Stream | BaseException | None, *,
-                cancelled: bool = False) -> records.RequestRecord:
+    def _record(
+        self,
+        st: _StageState,
+        i: int,
+        arm: str,
+        rid: str,
+        ex: http.Exchange,
+        intended: float | None,
+        slot: int | None,
+        parsed_or_error: sse.Stream | BaseException | None,
+        *,
+        cancelled: bool = False,
+    ) -> records.RequestRecord:
         req = st.plan.requests[i]
         resp = ex.response
         rel = self._rel
         fields: dict[str, Any] = dict(
-            stage=st.plan.name, index=i, arm=arm, warmup=st.plan.warmup, prompt_id=req.prompt_id,
-            category=req.category, intended=rel(intended), sent=rel(ex.sent) if ex.sent else rel(time.monotonic()),
-            request_id=rid, slot=slot, connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
+            stage=st.plan.name,
+            index=i,
+            arm=arm,
+            warmup=st.plan.warmup,
+            prompt_id=req.prompt_id,
+            category=req.category,
+            intended=rel(intended),
+            sent=rel(ex.sent) if ex.sent else rel(time.monotonic()),
+            request_id=rid,
+            slot=slot,
+            connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
         )
         stream_error: BaseException | None = None
         parsed: sse.Stream | None = None
@@ -265,8 +296,12 @@ class _Run:
         elif parsed_or_error is not None:
             stream_error = parsed_or_error
         if resp is not None:
-            fields.update(http_status=resp.status or None, headers=rel(resp.headers_at),
-                          first_byte=rel(resp.first_byte), end=rel(resp.end))
+            fields.update(
+                http_status=resp.status or None,
+                headers=rel(resp.headers_at),
+                first_byte=rel(resp.first_byte),
+                end=rel(resp.end),
+            )
         if fields.get("end") is None:
             fields["end"] = rel(time.monotonic())
         if cancelled:
@@ -287,10 +322,15 @@ class _Run:
             metrics = dict(parsed.metrics) if parsed.metrics else None
             spec_decode = metrics.pop("speculative_decoding", None) if metrics else None
             fields.update(
-                events=events, first_token=events[0][0] if events else None, text=parsed.text,
-                text_hash=summary.sha256(parsed.text), prompt_tokens=parsed.prompt_tokens,
-                completion_tokens=parsed.completion_tokens, finish_reason=parsed.finish_reason,
-                n_events=parsed.n_events, token_source=parsed.token_source,
+                events=events,
+                first_token=events[0][0] if events else None,
+                text=parsed.text,
+                text_hash=summary.sha256(parsed.text),
+                prompt_tokens=parsed.prompt_tokens,
+                completion_tokens=parsed.completion_tokens,
+                finish_reason=parsed.finish_reason,
+                n_events=parsed.n_events,
+                token_source=parsed.token_source,
                 spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
                 server_metrics=metrics or None,
             )
@@ -314,8 +354,12 @@ class _Run:
             self._write(r)
         st.completed.extend(pair)
         st.pairs += 1
-        if (self.stop_rule is not None and not st.plan.warmup and not st.stop.is_set()
-                and st.pairs % self.plan.look_every == 0):
+        if (
+            self.stop_rule is not None
+            and not st.plan.warmup
+            and not st.stop.is_set()
+            and st.pairs % self.plan.look_every == 0
+        ):
             try:
                 stop = self.stop_rule(st.plan.name, list(st.completed))
             except Exception:
@@ -338,7 +382,7 @@ class _Run:
         delay = target - time.monotonic()
         if delay > SPIN_S:
             await asyncio.sleep(delay - SPIN_S)
-        while time.monotonic() < target:
+        while time.monotonic() < target:  # noqa: ASYNC110 - a deliberate sub-millisecond poll
             await asyncio.sleep(0)
 
     def _spawn(self, st: _StageState, coro: Any) -> None:
@@ -349,8 +393,10 @@ class _Run:
     async def _open_loop(self, st: _StageState) -> None:
         sp = st.plan
         assert sp.offsets is not None
-        payloads = [{arm: self._payload(arm, sp.name, i, r.path, r.body) for arm in self.arms}
-                    for i, r in enumerate(sp.requests)]
+        payloads = [
+            {arm: self._payload(arm, sp.name, i, r.path, r.body) for arm in self.arms}
+            for i, r in enumerate(sp.requests)
+        ]
         t0 = time.monotonic() + self.plan.lead_s
         st.start = t0 + (sp.offsets[0] if sp.offsets else 0.0)
         for i in range(len(sp.requests)):
@@ -384,7 +430,7 @@ class _Run:
 
     async def _snapshot(self, arm: str) -> scrape.Snapshot | None:
         try:
-            resp = await http.get(self.metric_pools[arm], "/metrics", timeout=10.0)
+            resp = await http.get(self.metric_pools[arm], "/metrics", limit_s=10.0)
             if resp.status != 200:
                 return None
             return scrape.parse(resp.body.decode("utf-8", "replace"))
@@ -442,8 +488,9 @@ class _Run:
         self._flush_pending(st)
         window = self._window(st)
         if scraping:
-            window.server = {arm: scrape.delta(before.get(arm), after.get(arm), st.kv_max.get(arm))
-                             for arm in self.arms}
+            window.server = {
+                arm: scrape.delta(before.get(arm), after.get(arm), st.kv_max.get(arm)) for arm in self.arms
+            }
         self.windows.append(window)
         self.current = None
         self._write_windows()
@@ -452,8 +499,12 @@ class _Run:
     def _window(self, st: _StageState) -> records.StageWindow:
         start = st.start or time.monotonic()
         end = st.last_end or time.monotonic()
-        return records.StageWindow(stage=st.plan.name, start=start - self.anchor.monotonic,
-                                   end=max(end, start) - self.anchor.monotonic, stopped_early=st.stopped_early)
+        return records.StageWindow(
+            stage=st.plan.name,
+            start=start - self.anchor.monotonic,
+            end=max(end, start) - self.anchor.monotonic,
+            stopped_early=st.stopped_early,
+        )
 
     async def _ticker(self) -> None:
         expected = time.monotonic() + TICK_S
@@ -488,10 +539,19 @@ class _Run:
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
             cpu = (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9) * 100
-            self.summary = summary.build(self.plan, self.records, self.windows, self.anchor,
-                                         loop_lags_ms=self.loop_lags, cpu_percent=cpu, interrupted=interrupted,
-                                         connections={a: p.opened for a, p in self.pools.items()})
-            (self.out_dir / SUMMARY_FILE).write_text(json.dumps(self.summary, indent=1) + "\n", encoding="utf-8")
+            self.summary = summary.build(
+                self.plan,
+                self.records,
+                self.windows,
+                self.anchor,
+                loop_lags_ms=self.loop_lags,
+                cpu_percent=cpu,
+                interrupted=interrupted,
+                connections={a: p.opened for a, p in self.pools.items()},
+            )
+            (self.out_dir / SUMMARY_FILE).write_text(
+                json.dumps(self.summary, indent=1) + "\n", encoding="utf-8"
+            )
             self.file.close()
             for pool in [*self.pools.values(), *self.metric_pools.values()]:
                 pool.close()
@@ -507,8 +567,14 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def run(plan: Plan, endpoints: Mapping[str, Endpoint], out_dir: Path, *, stop_rule: StopRule | None = None,
-              progress: Progress | None = None) -> RunResult:
+async def run(
+    plan: Plan,
+    endpoints: Mapping[str, Endpoint],
+    out_dir: Path,
+    *,
+    stop_rule: StopRule | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
     """Run every stage of `plan` against the arms in `endpoints` (`control`, `treatment`).
 
     Writes `requests.jsonl`, `windows.json` and `loadgen-summary.json` under `out_dir`. Request

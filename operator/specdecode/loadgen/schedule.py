@@ -31,7 +31,9 @@ def gaps(arrival: str, rate: float, n: int, *, seed: int, stage: str, burstiness
     raise ValueError(f"unknown arrival process {arrival!r}")
 
 
-def offsets(arrival: str, rate: float, n: int, *, seed: int, stage: str, burstiness: float = 1.0) -> list[float]:
+def offsets(
+    arrival: str, rate: float, n: int, *, seed: int, stage: str, burstiness: float = 1.0
+) -> list[float]:
     """Intended send times, seconds from the stage start (non-decreasing)."""
     total = 0.0
     out: list[float] = []

@@ -62,8 +62,10 @@ def delta(before: Snapshot | None, after: Snapshot | None, kv_max: float | None)
 
     per_pos: list[float] = []
     if before is not None and after is not None and after.per_position:
-        per_pos = [after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)
-                   for p in range(max(after.per_position) + 1)]
+        per_pos = [
+            after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)
+            for p in range(max(after.per_position) + 1)
+        ]
     extra: dict[str, float] = {}
     for name, key in ((PROMPT, "prompt_tokens"), (PREEMPTIONS, "preemptions")):
         value = d(name)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-
-
+_loads: Callable[[bytes], Any]
 try:  # 2-3x faster than the standard library on stream chunks; optional
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - exercised where orjson is absent

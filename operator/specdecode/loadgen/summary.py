@@ -32,12 +32,18 @@ DEFINITIONS = {
     "ttft_from_intended_ms": "first token-bearing SSE event - intended send (open loop; schedule lag counts)",
     "tpot_ms": "(last token event - first token event) / (usage.completion_tokens - 1), per request",
     "e2e_ms": "end of response body - send",
-    "itl_event_ms": "gap between consecutive token-bearing SSE events; one sample per event (vllm bench 'ITL')",
+    "itl_event_ms": (
+        "gap between consecutive token-bearing SSE events; one sample per event (vllm bench 'ITL')"
+    ),
     "itl_token_ms": "event gap / tokens in the event, one sample per token (token-weighted)",
-    "tokens_per_event": "completion tokens carried by one token-bearing event (1 + accepted under spec decode)",
+    "tokens_per_event": (
+        "completion tokens carried by one token-bearing event (1 + accepted under spec decode)"
+    ),
     "output_tokens_per_s": "sum of usage.completion_tokens of successful requests / stage window",
     "schedule_lag_ms": "send - intended send (open loop)",
-    "acceptance_length_proxy": "client proxy of mean acceptance length: (output tokens - 1) / (token events - 1)",
+    "acceptance_length_proxy": (
+        "client proxy of mean acceptance length: (output tokens - 1) / (token events - 1)"
+    ),
     "clock": "time.monotonic(); record times are seconds after anchor.monotonic (anchor.wall: Unix time)",
     "send": "just before the request bytes are written to an open connection (connection setup excluded,"
     " reported as connect_ms)",
@@ -108,8 +114,11 @@ def _itl(recs: Sequence[records.RequestRecord]) -> tuple[list[float], list[float
     return per_event, per_token, tokens_per_event
 
 
-def arm_summary(recs: Sequence[records.RequestRecord], window_s: float,
-                control: dict[tuple[str, int], records.RequestRecord] | None) -> dict[str, Any]:
+def arm_summary(
+    recs: Sequence[records.RequestRecord],
+    window_s: float,
+    control: dict[tuple[str, int], records.RequestRecord] | None,
+) -> dict[str, Any]:
     """Statistics of one arm in one stage."""
     ok = [r for r in recs if r.ok]
     errors = Counter(r.error_class or "other" for r in recs if not r.ok)
@@ -121,7 +130,9 @@ def arm_summary(recs: Sequence[records.RequestRecord], window_s: float,
         "ok": len(ok),
         "errors": dict(errors),
         "ttft_ms": dist([r.ttft_ms for r in ok if r.ttft_ms is not None]),
-        "ttft_from_intended_ms": dist([r.ttft_from_intended_ms for r in ok if r.ttft_from_intended_ms is not None]),
+        "ttft_from_intended_ms": dist(
+            [r.ttft_from_intended_ms for r in ok if r.ttft_from_intended_ms is not None]
+        ),
         "tpot_ms": dist([r.tpot_ms for r in ok if r.tpot_ms is not None]),
         "e2e_ms": dist([r.e2e_ms for r in ok if r.e2e_ms is not None]),
         "itl_event_ms": dist(per_event),
@@ -138,10 +149,20 @@ def arm_summary(recs: Sequence[records.RequestRecord], window_s: float,
     if spec:
         out["spec_decode"] = {
             "requests": len(spec),
-            "mean_acceptance_length": dist([float(s["mean_acceptance_length"]) for s in spec
-                                            if isinstance(s.get("mean_acceptance_length"), int | float)]),
-            "draft_acceptance_rate": dist([float(s["draft_acceptance_rate"]) for s in spec
-                                           if isinstance(s.get("draft_acceptance_rate"), int | float)]),
+            "mean_acceptance_length": dist(
+                [
+                    float(s["mean_acceptance_length"])
+                    for s in spec
+                    if isinstance(s.get("mean_acceptance_length"), int | float)
+                ]
+            ),
+            "draft_acceptance_rate": dist(
+                [
+                    float(s["draft_acceptance_rate"])
+                    for s in spec
+                    if isinstance(s.get("draft_acceptance_rate"), int | float)
+                ]
+            ),
         }
     if control is not None:
         pairs = [(r, control.get((r.stage, r.index))) for r in ok]
@@ -152,9 +173,17 @@ def arm_summary(recs: Sequence[records.RequestRecord], window_s: float,
     return out
 
 
-def build(plan: Plan, recs: Sequence[records.RequestRecord], windows: Sequence[records.StageWindow],
-          anchor: records.RunAnchor, *, loop_lags_ms: Sequence[float], cpu_percent: float, interrupted: bool,
-          connections: dict[str, int]) -> dict[str, Any]:
+def build(
+    plan: Plan,
+    recs: Sequence[records.RequestRecord],
+    windows: Sequence[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    loop_lags_ms: Sequence[float],
+    cpu_percent: float,
+    interrupted: bool,
+    connections: dict[str, int],
+) -> dict[str, Any]:
     """The `loadgen-summary.json` document."""
     stages: list[dict[str, Any]] = []
     control = {(r.stage, r.index): r for r in recs if r.arm == "control"}
@@ -172,8 +201,11 @@ def build(plan: Plan, recs: Sequence[records.RequestRecord], windows: Sequence[r
             "window_s": w.end - w.start,
             "stopped_early": w.stopped_early,
             "arms": {
-                arm: arm_summary([r for r in stage_recs if r.arm == arm], w.end - w.start,
-                                 control if arm != "control" else None)
+                arm: arm_summary(
+                    [r for r in stage_recs if r.arm == arm],
+                    w.end - w.start,
+                    control if arm != "control" else None,
+                )
                 for arm in arms
             },
         }
@@ -199,9 +231,21 @@ def build(plan: Plan, recs: Sequence[records.RequestRecord], windows: Sequence[r
         reasons.append("the run was interrupted")
     return {
         "anchor": anchor.model_dump(),
-        "plan": {"seed": plan.seed, "salt": plan.salt, **plan.description,
-                 "stages": [{"name": sp.name, "rate": sp.rate, "concurrency": sp.concurrency,
-                             "requests": len(sp.requests), "warmup": sp.warmup} for sp in plan.stages]},
+        "plan": {
+            "seed": plan.seed,
+            "salt": plan.salt,
+            **plan.description,
+            "stages": [
+                {
+                    "name": sp.name,
+                    "rate": sp.rate,
+                    "concurrency": sp.concurrency,
+                    "requests": len(sp.requests),
+                    "warmup": sp.warmup,
+                }
+                for sp in plan.stages
+            ],
+        },
         "interrupted": interrupted,
         "stages": stages,
         "validity": {

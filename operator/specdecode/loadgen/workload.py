@@ -32,16 +32,23 @@ COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 
 # Common English words that are single tokens (with their leading space) in the usual BPE vocabularies.
-_WORDS = (
-    "the of and to in is that it for on with as was at by be this from or have an are not but "
-    "they which one you were all we her she there would their will when who him been has more if "
-    "no out so said what up its about into than them can only other new some could time these two "
-    "may then do first any my now such like our over man me even most made after also did many "
-    "before must through back years where much your way well down should because each just those "
-    "people how too little state good very make world still own see men work long get here between "
-    "both life being under never day same another know while last might us great old year off come "
-    "since against go came right used take three small house water light night city river place"
-).split()
+# fmt: off
+_WORDS = [
+    "the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by",
+    "be", "this", "from", "or", "have", "an", "are", "not", "but", "they", "which", "one", "you", "were",
+    "all", "we", "her", "she", "there", "would", "their", "will", "when", "who", "him", "been", "has",
+    "more", "if", "no", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can",
+    "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any",
+    "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also",
+    "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well",
+    "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state",
+    "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here",
+    "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while",
+    "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came",
+    "right", "used", "take", "three", "small", "house", "water", "light", "night", "city", "river",
+    "place",
+]
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -113,8 +120,9 @@ def builtin(name: str) -> list[Item]:
     return read_jsonl(text, source=f"builtin:{name}")
 
 
-def load_items(dataset: spec_mod.JsonlDataset | spec_mod.BuiltinDataset, base_dir: Path,
-               dataset_file: Path | None = None) -> list[Item]:
+def load_items(
+    dataset: spec_mod.JsonlDataset | spec_mod.BuiltinDataset, base_dir: Path, dataset_file: Path | None = None
+) -> list[Item]:
     """The items of a non-synthetic dataset (`dataset_file` overrides, e.g. a mounted ConfigMap)."""
     if isinstance(dataset, spec_mod.BuiltinDataset) and dataset_file is None:
         return builtin(dataset.name)
@@ -138,7 +146,10 @@ def nonce(salt: str, stage: str, index: int) -> str:
 
 def request_seed(seed: int, stage: str, index: int) -> int:
     """The per-request sampling seed (same in both arms)."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{stage}:{index}:seed".encode()).digest()[:4], "big") & 0x7FFFFFFF
+    return (
+        int.from_bytes(hashlib.sha256(f"{seed}:{stage}:{index}:seed".encode()).digest()[:4], "big")
+        & 0x7FFFFFFF
+    )
 
 
 def synthetic_text(seed: int, stage: str, index: int, words: int) -> str:
@@ -147,8 +158,15 @@ def synthetic_text(seed: int, stage: str, index: int, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(max(words, 1)))
 
 
-def body(*, model: str, sampling: spec_mod.Sampling, seed: int, prompt: str | None = None,
-         messages: list[dict[str, Any]] | None = None, max_tokens: int | None = None) -> bytes:
+def body(
+    *,
+    model: str,
+    sampling: spec_mod.Sampling,
+    seed: int,
+    prompt: str | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    max_tokens: int | None = None,
+) -> bytes:
     """The JSON body of one streamed request."""
     obj: dict[str, Any] = {"model": model}
     if messages is not None:
@@ -168,19 +186,29 @@ def body(*, model: str, sampling: spec_mod.Sampling, seed: int, prompt: str | No
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def synthetic_request(*, model: str, sampling: spec_mod.Sampling, dataset: spec_mod.SyntheticDataset,
-                      seed: int, salt: str, stage: str, index: int) -> PreparedRequest:
+def synthetic_request(
+    *,
+    model: str,
+    sampling: spec_mod.Sampling,
+    dataset: spec_mod.SyntheticDataset,
+    seed: int,
+    salt: str,
+    stage: str,
+    index: int,
+) -> PreparedRequest:
     """One synthetic request: nonce + filler; `max_tokens` is the dataset's `outputTokens`."""
     prefix = nonce(salt, stage, index)
     filler = synthetic_text(seed, stage, index, dataset.input_tokens - 4)  # the nonce is ~4 tokens
     rseed = request_seed(seed, stage, index)
-    payload = body(model=model, sampling=sampling, seed=rseed, prompt=prefix + filler,
-                   max_tokens=dataset.output_tokens)
+    payload = body(
+        model=model, sampling=sampling, seed=rseed, prompt=prefix + filler, max_tokens=dataset.output_tokens
+    )
     return PreparedRequest(index, f"synthetic:{stage}:{index}", None, COMPLETIONS, payload, rseed)
 
 
-def item_request(item: Item, *, model: str, sampling: spec_mod.Sampling, seed: int, salt: str, stage: str,
-                 index: int) -> PreparedRequest:
+def item_request(
+    item: Item, *, model: str, sampling: spec_mod.Sampling, seed: int, salt: str, stage: str, index: int
+) -> PreparedRequest:
     """One dataset request: the nonce is prepended to the prompt (or the first user message)."""
     prefix = nonce(salt, stage, index)
     rseed = request_seed(seed, stage, index)
