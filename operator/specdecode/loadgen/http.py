@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl as ssl_module
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,9 @@ class _Connection(asyncio.Protocol):
         self._response = Response()
         self._done: asyncio.Future[Response] | None = None
         self._keep_alive = True
+        self._lazy = False
+        self._raw: list[tuple[float, bytes]] = []
+        self._tail = b""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,6 +132,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._lazy:
+            self._try_complete()
+            self._lazy = False
         if self._done is None or self._done.done():
             return
         now = time.monotonic()
@@ -141,6 +148,17 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()  # first thing: the arrival time of these bytes
+        if self._lazy:
+            # The hot path of a streamed response: keep the bytes and their time; decode the chunked
+            # framing only when the bytes end like the terminating chunk. With hundreds of streams
+            # whose chunks arrive in the same instant, the per-read cost is what delays the stamps of
+            # the streams read after this one.
+            self._raw.append((now, data))
+            tail = self._tail + data[-7:]
+            self._tail = tail[-7:]
+            if tail.endswith(b"0\r\n\r\n"):
+                self._try_complete()
+            return
         if self._done is None or self._done.done():
             return  # bytes outside a request (or after a failure): ignore
         try:
@@ -158,6 +176,9 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._buf.clear()
         self._state = _HEAD
+        self._lazy = False
+        self._raw = []
+        self._tail = b""
         self._response = Response()
         self._keep_alive = True
         self._done = asyncio.get_running_loop().create_future()
@@ -191,6 +212,13 @@ class _Connection(asyncio.Protocol):
             self._buf.clear()
             if self._state == _DONE:
                 self._finish(now)
+                return
+            if self._state == _BODY_CHUNK_SIZE and "trailer" not in resp.headers:
+                self._lazy = True
+                self._raw = [(now, data)] if data else []
+                self._tail = data[-7:]
+                if self._tail.endswith(b"0\r\n\r\n"):
+                    self._try_complete()
                 return
             if not data:
                 return
@@ -257,6 +285,44 @@ class _Connection(asyncio.Protocol):
             else:  # pragma: no cover - states are exhaustive
                 raise ProtocolError(f"unexpected state {self._state}")
         del buf[:pos]
+
+    def _decode_raw(self) -> None:
+        """Decode the raw chunked bytes kept so far into the response's pieces (resolving it if complete)."""
+        self._response.pieces = []
+        self._response.first_byte = None
+        self._buf.clear()
+        self._state = _BODY_CHUNK_SIZE
+        for at, data in self._raw:
+            self._feed_chunked(at, data)
+            if self._state == _DONE:
+                break
+
+    def snapshot(self) -> Response:
+        """The response as far as it arrived (for failures and cancellation)."""
+        if self._lazy:
+            with contextlib.suppress(ProtocolError):
+                self._decode_raw()
+        return self._response
+
+    def _try_complete(self) -> None:
+        """Decode the raw chunked bytes kept so far; resolve the response if they are complete."""
+        if self._done is None or self._done.done():
+            self._lazy = False
+            return
+        try:
+            self._decode_raw()
+        except ProtocolError as exc:
+            self._lazy = False
+            self._response.end = self._raw[-1][0]
+            self._keep_alive = False
+            self._done.set_exception(exc)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self._state == _DONE:
+            self._lazy = False
+            self._raw = []
+        # else: the tail only looked like the end (e.g. inside a payload); keep collecting
 
     def _piece(self, now: float, data: bytes) -> None:
         if not data:
@@ -441,21 +507,21 @@ async def exchange(pool: Pool, payload: bytes, *, limit_s: float, ex: Exchange |
         except DisconnectError as exc:
             if conn is not None:
                 pool.release(conn)
-            resp = conn._response if conn is not None else None
+            resp = conn.snapshot() if conn is not None else None
             if reused and attempts and resp is not None and resp.headers_at is None:
                 continue  # stale keep-alive: nothing was received, retry on a new connection
             ex.response, ex.error = resp, exc
             return ex
         except (HttpError, TimeoutError) as exc:
             if conn is not None:
-                ex.response = conn._response if conn._done is not None else None
+                ex.response = conn.snapshot() if conn._done is not None else None
                 conn.close()
                 pool.release(conn)
             ex.error = exc
             return ex
         except BaseException:
             if conn is not None:
-                ex.response = conn._response
+                ex.response = conn.snapshot()
                 conn.close()
                 pool.release(conn)
             raise
