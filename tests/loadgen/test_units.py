@@ -204,7 +204,9 @@ def _feed(pieces: list[bytes]) -> http.Response:
         for p in pieces:
             conn.data_received(p)
         assert fut.done() and conn.reusable
-        return fut.result()
+        resp = fut.result()
+        resp.decode()
+        return resp
 
     return asyncio.run(main())
 

@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl as ssl_module
 import time
 from dataclasses import dataclass, field
@@ -101,149 +100,56 @@ class Response:
     end: float | None = None
     """When the last body byte arrived (or the failure was seen)."""
     pieces: list[tuple[float, bytes]] = field(default_factory=list)
-    """The decoded body, as it arrived."""
+    """The decoded body, as it arrived (after `decode()` for a chunked body)."""
+    raw: list[tuple[float, bytes]] | None = None
+    """A chunked body as it arrived, framing included, until `decode()`."""
+
+    def decode(self) -> None:
+        """Undo the chunked framing of `raw` into `pieces` (off the hot path).
+
+        Raises ProtocolError for bad framing or a body that ends before its terminating chunk.
+        """
+        if self.raw is None:
+            return
+        raw, self.raw = self.raw, None
+        dechunker = _Dechunker()
+        complete = False
+        for at, data in raw:
+            if dechunker.feed(at, data):
+                complete = True
+                break
+        self.pieces = dechunker.pieces
+        if not complete:
+            raise ProtocolError("chunked body ended before its last chunk")
 
     @property
     def body(self) -> bytes:
         """The whole decoded body."""
+        self.decode()
         return b"".join(p for _, p in self.pieces)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; parses the response head and body framing as bytes arrive."""
+class _Dechunker:
+    """Chunked transfer coding -> payload pieces stamped with the arrival of their first byte."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.last_used = time.monotonic()
+        self.pieces: list[tuple[float, bytes]] = []
         self._buf = bytearray()
-        self._state = _DONE
+        self._state = _BODY_CHUNK_SIZE
         self._remaining = 0
-        self._response = Response()
-        self._done: asyncio.Future[Response] | None = None
-        self._keep_alive = True
-        self._lazy = False
-        self._raw: list[tuple[float, bytes]] = []
-        self._tail = b""
 
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass it
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self._lazy:
-            self._try_complete()
-            self._lazy = False
-        if self._done is None or self._done.done():
-            return
-        now = time.monotonic()
-        if self._state == _BODY_CLOSE:
-            self._response.end = now
-            self._state = _DONE
-            self._done.set_result(self._response)
-        else:
-            self._response.end = now
-            self._done.set_exception(DisconnectError(f"connection closed mid-response ({exc or 'EOF'})"))
-
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic()  # first thing: the arrival time of these bytes
-        if self._lazy:
-            # The hot path of a streamed response: keep the bytes and their time; decode the chunked
-            # framing only when the bytes end like the terminating chunk. With hundreds of streams
-            # whose chunks arrive in the same instant, the per-read cost is what delays the stamps of
-            # the streams read after this one.
-            self._raw.append((now, data))
-            tail = self._tail + data[-7:]
-            self._tail = tail[-7:]
-            if tail.endswith(b"0\r\n\r\n"):
-                self._try_complete()
-            return
-        if self._done is None or self._done.done():
-            return  # bytes outside a request (or after a failure): ignore
-        try:
-            self._feed(now, data)
-        except ProtocolError as exc:
-            self._response.end = now
-            self._keep_alive = False
-            self._done.set_exception(exc)
-            if self.transport is not None:
-                self.transport.close()
-
-    # request lifecycle
-    def start(self, payload: bytes) -> asyncio.Future[Response]:
-        """Write one request; the future resolves with the complete response."""
-        assert self.transport is not None
-        self._buf.clear()
-        self._state = _HEAD
-        self._lazy = False
-        self._raw = []
-        self._tail = b""
-        self._response = Response()
-        self._keep_alive = True
-        self._done = asyncio.get_running_loop().create_future()
-        self.transport.write(payload)
-        return self._done
-
-    @property
-    def reusable(self) -> bool:
-        """Can serve another request."""
-        return not self.closed and self._keep_alive and self._state == _DONE
-
-    def close(self) -> None:
-        """Close the socket (idempotent)."""
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    # framing
-    def _feed(self, now: float, data: bytes) -> None:
-        resp = self._response
-        if self._state == _HEAD:
-            self._buf += data
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buf) > _MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                return
-            self._parse_head(bytes(self._buf[:end]))
-            resp.headers_at = now
-            data = bytes(self._buf[end + 4 :])
-            self._buf.clear()
-            if self._state == _DONE:
-                self._finish(now)
-                return
-            if self._state == _BODY_CHUNK_SIZE and "trailer" not in resp.headers:
-                self._lazy = True
-                self._raw = [(now, data)] if data else []
-                self._tail = data[-7:]
-                if self._tail.endswith(b"0\r\n\r\n"):
-                    self._try_complete()
-                return
-            if not data:
-                return
-        if self._state == _BODY_LENGTH:
-            take = data[: self._remaining]
-            self._piece(now, take)
-            self._remaining -= len(take)
-            if self._remaining == 0:
-                self._finish(now)
-            return
-        if self._state == _BODY_CLOSE:
-            self._piece(now, data)
-            return
-        self._feed_chunked(now, data)
-
-    def _feed_chunked(self, now: float, data: bytes) -> None:
+    def feed(self, now: float, data: bytes) -> bool:
+        """Consume bytes; True once the terminating chunk (and trailers) arrived."""
         buf = self._buf
         buf += data
         pos = 0
+        done = False
         while True:
             if self._state == _BODY_CHUNK_DATA:
                 if pos >= len(buf):
                     break
                 take = min(self._remaining, len(buf) - pos)
-                self._piece(now, bytes(buf[pos : pos + take]))
+                self.pieces.append((now, bytes(buf[pos : pos + take])))
                 pos += take
                 self._remaining -= take
                 if self._remaining == 0:
@@ -279,50 +185,151 @@ class _Connection(asyncio.Protocol):
                 empty = eol == pos
                 pos = eol + 2
                 if empty:
-                    del buf[:pos]
-                    self._finish(now)
-                    return
-            else:  # pragma: no cover - states are exhaustive
-                raise ProtocolError(f"unexpected state {self._state}")
-        del buf[:pos]
-
-    def _decode_raw(self) -> None:
-        """Decode the raw chunked bytes kept so far into the response's pieces (resolving it if complete)."""
-        self._response.pieces = []
-        self._response.first_byte = None
-        self._buf.clear()
-        self._state = _BODY_CHUNK_SIZE
-        for at, data in self._raw:
-            self._feed_chunked(at, data)
-            if self._state == _DONE:
+                    self._state = _DONE
+                    done = True
+                    break
+            else:
                 break
+        del buf[:pos]
+        return done
 
-    def snapshot(self) -> Response:
-        """The response as far as it arrived (for failures and cancellation)."""
-        if self._lazy:
-            with contextlib.suppress(ProtocolError):
-                self._decode_raw()
-        return self._response
 
-    def _try_complete(self) -> None:
-        """Decode the raw chunked bytes kept so far; resolve the response if they are complete."""
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; parses the response head and body framing as bytes arrive.
+
+    A chunked body (every streamed response) is kept raw on the hot path: each read costs a clock
+    read, an append and a look at its last bytes. With hundreds of streams whose chunks arrive in
+    the same instant, that per-read cost is what delays the stamps of the streams read after this
+    one; the framing is undone later (`Response.decode`).
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.last_used = time.monotonic()
+        self._buf = bytearray()
+        self._state = _DONE
+        self._remaining = 0
+        self._response = Response()
+        self._done: asyncio.Future[Response] | None = None
+        self._keep_alive = True
+        self._raw: list[tuple[float, bytes]] | None = None
+        self._tail = b""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._raw = None
         if self._done is None or self._done.done():
-            self._lazy = False
             return
+        now = time.monotonic()
+        self._response.end = now
+        if self._state == _BODY_CLOSE:
+            self._state = _DONE
+            self._done.set_result(self._response)
+        else:
+            self._done.set_exception(DisconnectError(f"connection closed mid-response ({exc or 'EOF'})"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()  # first thing: the arrival time of these bytes
+        raw = self._raw
+        if raw is not None:  # the hot path: a chunked body
+            if not raw:
+                self._response.first_byte = now
+            raw.append((now, data))
+            tail = (self._tail + data)[-7:] if len(data) < 7 else data[-7:]
+            self._tail = tail
+            if tail == b"\r\n0\r\n\r\n":  # the terminating chunk (SSE payloads end in \n\n)
+                self._finish(now)
+            return
+        if self._done is None or self._done.done():
+            return  # bytes outside a request (or after a failure): ignore
         try:
-            self._decode_raw()
+            self._feed(now, data)
         except ProtocolError as exc:
-            self._lazy = False
-            self._response.end = self._raw[-1][0]
+            self._response.end = now
             self._keep_alive = False
             self._done.set_exception(exc)
             if self.transport is not None:
                 self.transport.close()
+
+    # request lifecycle
+    def start(self, payload: bytes) -> asyncio.Future[Response]:
+        """Write one request; the future resolves with the complete response."""
+        assert self.transport is not None
+        self._buf.clear()
+        self._state = _HEAD
+        self._raw = None
+        self._tail = b""
+        self._response = Response()
+        self._keep_alive = True
+        self._done = asyncio.get_running_loop().create_future()
+        self.transport.write(payload)
+        return self._done
+
+    def snapshot(self) -> Response:
+        """The response as far as it arrived (for failures and cancellation)."""
+        return self._response
+
+    @property
+    def reusable(self) -> bool:
+        """Can serve another request."""
+        return not self.closed and self._keep_alive and self._state == _DONE
+
+    def close(self) -> None:
+        """Close the socket (idempotent)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # framing
+    def _feed(self, now: float, data: bytes) -> None:
+        resp = self._response
+        if self._state == _HEAD:
+            self._buf += data
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buf) > _MAX_HEAD:
+                    raise ProtocolError("response head too large")
+                return
+            self._parse_head(bytes(self._buf[:end]))
+            resp.headers_at = now
+            data = bytes(self._buf[end + 4 :])
+            self._buf.clear()
+            if self._state == _DONE:
+                self._finish(now)
+                return
+            if self._state == _BODY_CHUNK_SIZE:
+                self._raw = resp.raw = []
+                self._tail = b"\r\n"  # so that a body of just "0\r\n\r\n" is recognised
+                if data:
+                    self.data_received_at(now, data)
+                return
+            if not data:
+                return
+        if self._state == _BODY_LENGTH:
+            take = data[: self._remaining]
+            self._piece(now, take)
+            self._remaining -= len(take)
+            if self._remaining == 0:
+                self._finish(now)
             return
-        if self._state == _DONE:
-            self._lazy = False
-            self._raw = []
-        # else: the tail only looked like the end (e.g. inside a payload); keep collecting
+        if self._state == _BODY_CLOSE:
+            self._piece(now, data)
+
+    def data_received_at(self, now: float, data: bytes) -> None:
+        """Append chunked bytes that arrived at `now` (the rest of the read that held the head)."""
+        assert self._raw is not None
+        if self._response.first_byte is None:
+            self._response.first_byte = now
+        self._raw.append((now, data))
+        tail = (self._tail + data)[-7:]
+        self._tail = tail
+        if tail == b"\r\n0\r\n\r\n":
+            self._finish(now)
 
     def _piece(self, now: float, data: bytes) -> None:
         if not data:
@@ -366,6 +373,7 @@ class _Connection(asyncio.Protocol):
 
     def _finish(self, now: float) -> None:
         self._state = _DONE
+        self._raw = None
         self._response.end = now
         self.last_used = now
         assert self._done is not None

@@ -135,6 +135,19 @@ class _StageState:
     kv_max: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Done:
+    """A finished exchange waiting for the parser."""
+
+    st: _StageState
+    index: int
+    arm: str
+    rid: str
+    ex: http.Exchange
+    intended: float | None
+    slot: int | None
+
+
 def diverges_at(a: str | None, b: str | None) -> int | None:
     """First character where two texts differ; None when equal or unknown."""
     if a is None or b is None or a == b:
@@ -161,6 +174,8 @@ def error_class(ex: http.Exchange, stream_error: BaseException | None) -> str | 
     if isinstance(err, http.DisconnectError):
         return "disconnect"
     if isinstance(err, http.ProtocolError):
+        return "malformed_http"
+    if isinstance(stream_error, http.ProtocolError):
         return "malformed_http"
     if isinstance(stream_error, sse.StreamErrorEvent):
         return "stream_error"
@@ -198,6 +213,7 @@ class _Run:
         self.written = 0
         self.current: _StageState | None = None
         self.summary: dict[str, Any] = {}
+        self._parse_queue: asyncio.Queue[_Done] = asyncio.Queue()
         self._progress_failed = False
 
     # ---------------------------------------------------------------------------------- outputs
@@ -244,19 +260,65 @@ class _Run:
         slot: int | None,
     ) -> None:
         ex = http.Exchange()
-        parsed: sse.Stream | BaseException | None = None
         try:
             await http.exchange(self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex)
-            resp = ex.response
-            if ex.error is None and resp is not None and resp.status == 200:
-                try:
-                    parsed = await sse.read(resp.pieces)  # after the stream, in slices
-                except (sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
-                    parsed = exc
         except asyncio.CancelledError:
             self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, None, cancelled=True))
             raise
-        self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, parsed))
+        # Parsing waits for the parser task: a closed-loop slot sends its next request now, and a
+        # burst of completions never holds up the reading (and stamping) of other streams.
+        self._parse_queue.put_nowait(_Done(st, i, arm, payload[0], ex, intended, slot))
+
+    async def _parser(self) -> None:
+        """Turns finished exchanges into records, one per event-loop iteration."""
+        queue = self._parse_queue
+        while True:
+            item = await queue.get()
+            try:
+                parsed = await self._parsed(item.ex)
+            except asyncio.CancelledError:
+                self._parse_one(item, self._parsed_sync(item.ex))  # interrupted: keep it
+                queue.task_done()
+                raise
+            try:
+                self._parse_one(item, parsed)
+            except Exception:  # a bug here must not stall the drain (queue.join)
+                log.exception("could not record %s %s #%d", item.st.plan.name, item.arm, item.index)
+            finally:
+                queue.task_done()
+            await asyncio.sleep(0)  # let the loop poll sockets between two records
+
+    async def _parsed(self, ex: http.Exchange) -> sse.Stream | BaseException | None:
+        resp = ex.response
+        if ex.error is None and resp is not None and resp.status == 200:
+            try:
+                resp.decode()
+                return await sse.read(resp.pieces)  # in slices
+            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
+                return exc
+        return None
+
+    @staticmethod
+    def _parsed_sync(ex: http.Exchange) -> sse.Stream | BaseException | None:
+        resp = ex.response
+        if ex.error is None and resp is not None and resp.status == 200:
+            try:
+                resp.decode()
+                return sse.parse(sse.split_events(resp.pieces))
+            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
+                return exc
+        return None
+
+    def _parse_one(self, item: _Done, parsed: sse.Stream | BaseException | None) -> None:
+        rec = self._record(item.st, item.index, item.arm, item.rid, item.ex, item.intended, item.slot, parsed)
+        self._done(item.st, rec)
+
+    def _parse_backlog(self) -> None:
+        """On interruption: parse what is queued, synchronously."""
+        while not self._parse_queue.empty():
+            item = self._parse_queue.get_nowait()
+            self._parse_one(item, self._parsed_sync(item.ex))
+            self._parse_queue.task_done()
 
     def _record(
         self,
@@ -474,6 +536,7 @@ class _Run:
                 await self._closed_loop(st)
             while st.tasks:  # drain
                 await asyncio.gather(*list(st.tasks))
+            await self._parse_queue.join()
         finally:
             gc.enable()
             if watcher is not None:
@@ -518,6 +581,7 @@ class _Run:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.file = (self.out_dir / REQUESTS_FILE).open("w", encoding="utf-8")
         ticker = asyncio.get_running_loop().create_task(self._ticker())
+        parser = asyncio.get_running_loop().create_task(self._parser())
         cpu0, wall0 = time.process_time(), time.monotonic()
         interrupted = False
         try:
@@ -532,6 +596,11 @@ class _Run:
                 for task in list(st.tasks):
                     task.cancel()
                 await asyncio.gather(*list(st.tasks), return_exceptions=True)
+            parser.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await parser
+            self._parse_backlog()
+            if st is not None:
                 self._flush_pending(st)
                 self.windows.append(self._window(st))
                 self._write_windows()
