@@ -61,7 +61,10 @@ def free_port() -> int:
 
 
 class Server:
-    """A simulator (or fake) process on its own CPUs; `truth()` returns {x-request-id: (arrival, [(t, cum)])}."""
+    """A simulator (or fake) process on its own CPUs.
+
+    `truth()` returns {x-request-id: (arrival, [(write time, cumulative tokens), ...])}.
+    """
 
     def __init__(self, kind: str, *, spec_k: int | None, realtime: bool, python: str) -> None:
         self.kind = kind
@@ -70,11 +73,27 @@ class Server:
         rt = ["chrt", "-f", "10"] if realtime else []
         if kind == "sim":
             self.port = free_port()
-            cmd = [python, "-m", "specdecode.simulator", "bench-model", "--port", str(self.port),
-                   "--host", "127.0.0.1", "--max-num-seqs", "1024", "--seed", "1"]
+            cmd = [
+                python,
+                "-m",
+                "specdecode.simulator",
+                "bench-model",
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+                "--max-num-seqs",
+                "1024",
+                "--seed",
+                "1",
+            ]
             if spec_k:
-                cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": spec_k}),
-                        "--per-request-spec-decode-metrics", "summary"]
+                cmd += [
+                    "--speculative-config",
+                    json.dumps({"method": "ngram", "num_speculative_tokens": spec_k}),
+                    "--per-request-spec-decode-metrics",
+                    "summary",
+                ]
             self.proc = subprocess.Popen(rt + pin + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self._wait_ready()
         else:
@@ -89,9 +108,11 @@ class Server:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
-                    return
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1),
+            ):
+                return
             time.sleep(0.1)
         raise RuntimeError("simulator did not start")
 
@@ -118,7 +139,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def servers(kind: str, n: int, *, realtime: bool, python: str, spec_k: int | None = None) -> Iterator[list[Server]]:
+def servers(
+    kind: str, n: int, *, realtime: bool, python: str, spec_k: int | None = None
+) -> Iterator[list[Server]]:
     started = [Server(kind, spec_k=spec_k if i else None, realtime=realtime, python=python) for i in range(n)]
     try:
         yield started
@@ -127,13 +150,21 @@ def servers(kind: str, n: int, *, realtime: bool, python: str, spec_k: int | Non
             s.stop()
 
 
-def make_plan(stages: list[dict[str, Any]], n: int, *, input_tokens: int, output_tokens: int) -> plan_mod.Plan:
-    s = spec.ExperimentSpec.model_validate({
-        "model": "bench-model",
-        "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
-        "workload": {"dataset": {"type": "synthetic", "inputTokens": input_tokens, "outputTokens": output_tokens},
-                     "stages": stages, "requestsPerStage": n, "warmupRequests": 0},
-    })
+def make_plan(
+    stages: list[dict[str, Any]], n: int, *, input_tokens: int, output_tokens: int
+) -> plan_mod.Plan:
+    s = spec.ExperimentSpec.model_validate(
+        {
+            "model": "bench-model",
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
+            "workload": {
+                "dataset": {"type": "synthetic", "inputTokens": input_tokens, "outputTokens": output_tokens},
+                "stages": stages,
+                "requestsPerStage": n,
+                "warmupRequests": 0,
+            },
+        }
+    )
     return plan_mod.plan_from_spec(s, ROOT)
 
 
@@ -143,18 +174,26 @@ def run_plan(plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Pa
 
 
 def read_records(out: Path) -> list[records.RequestRecord]:
-    return [records.RequestRecord.model_validate_json(x) for x in (out / runner.REQUESTS_FILE).read_text().splitlines()]
+    return [
+        records.RequestRecord.model_validate_json(x)
+        for x in (out / runner.REQUESTS_FILE).read_text().splitlines()
+    ]
 
 
 def pct(values: list[float]) -> dict[str, float | None]:
-    return {"p50": summary.quantile(values, 0.5), "p99": summary.quantile(values, 0.99),
-            "max": max(values) if values else None}
+    return {
+        "p50": summary.quantile(values, 0.5),
+        "p99": summary.quantile(values, 0.99),
+        "max": max(values) if values else None,
+    }
 
 
 def measurement_error(kind: str, streams: int, *, realtime: bool, python: str, out: Path) -> dict[str, Any]:
     with servers(kind, 1, realtime=realtime, python=python) as (srv,):
         n = max(2 * streams, 200)
-        plan = make_plan([{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64)
+        plan = make_plan(
+            [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
+        )
         load_before = load()
         result = run_plan(plan, {"control": runner.Endpoint(srv.url)}, out)
         truth = srv.truth()
@@ -171,32 +210,49 @@ def measurement_error(kind: str, streams: int, *, realtime: bool, python: str, o
         first_delay.append((r.first_token + a - emits[0][0]) * 1e3 if r.first_token is not None else 0.0)
     v = result.summary["validity"]
     return {
-        "streams": streams, "requests": n, "ok": len(recs), "load_before": load_before, "load_after": load(),
-        "ttft_error_ms": pct(ttft_err), "ttft_abs_error_p99_ms": summary.quantile([abs(x) for x in ttft_err], 0.99),
-        "tpot_error_ms": pct(tpot_err), "tpot_abs_error_p99_ms": summary.quantile([abs(x) for x in tpot_err], 0.99),
+        "streams": streams,
+        "requests": n,
+        "ok": len(recs),
+        "load_before": load_before,
+        "load_after": load(),
+        "ttft_error_ms": pct(ttft_err),
+        "ttft_abs_error_p99_ms": summary.quantile([abs(x) for x in ttft_err], 0.99),
+        "tpot_error_ms": pct(tpot_err),
+        "tpot_abs_error_p99_ms": summary.quantile([abs(x) for x in tpot_err], 0.99),
         "ttft_minus_server_side_ttft_ms": pct(server_ttft_err),
         "client_ttft_ms": pct([r.ttft_ms for r in recs if r.ttft_ms is not None]),
-        "client_cpu_percent": v["client_cpu_percent"], "loop_lag_ms": v["loop_lag_ms"],
+        "client_cpu_percent": v["client_cpu_percent"],
+        "loop_lag_ms": v["loop_lag_ms"],
     }
 
 
-def pacing(kind: str, rate: float, *, realtime: bool, python: str, out: Path, seconds: float) -> dict[str, Any]:
+def pacing(
+    kind: str, rate: float, *, realtime: bool, python: str, out: Path, seconds: float
+) -> dict[str, Any]:
     with servers(kind, 2, realtime=realtime, python=python, spec_k=3) as (control, treatment):
         n = int(rate * seconds)
         plan = make_plan([{"name": "open", "rate": rate}], n, input_tokens=64, output_tokens=16)
         load_before = load()
-        result = run_plan(plan, {"control": runner.Endpoint(control.url),
-                                 "treatment": runner.Endpoint(treatment.url)}, out)
+        result = run_plan(
+            plan, {"control": runner.Endpoint(control.url), "treatment": runner.Endpoint(treatment.url)}, out
+        )
     recs = read_records(out)
     lags = [r.schedule_lag_ms for r in recs if r.schedule_lag_ms is not None]
     v = result.summary["validity"]
     window = result.windows[0]
     return {
-        "rate": rate, "requests_per_arm": n, "ok": sum(r.ok for r in recs), "load_before": load_before,
-        "load_after": load(), "schedule_lag_ms": pct(lags),
-        "achieved_send_rate": n / max(1e-9, max(r.sent for r in recs) - min(r.sent for r in recs)) if recs else None,
+        "rate": rate,
+        "requests_per_arm": n,
+        "ok": sum(r.ok for r in recs),
+        "load_before": load_before,
+        "load_after": load(),
+        "schedule_lag_ms": pct(lags),
+        "achieved_send_rate": n / max(1e-9, max(r.sent for r in recs) - min(r.sent for r in recs))
+        if recs
+        else None,
         "window_s": window.end - window.start,
-        "client_cpu_percent": v["client_cpu_percent"], "loop_lag_ms": v["loop_lag_ms"],
+        "client_cpu_percent": v["client_cpu_percent"],
+        "loop_lag_ms": v["loop_lag_ms"],
     }
 
 
@@ -207,21 +263,40 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         prompts = out / "prompts.jsonl"
         out.mkdir(parents=True, exist_ok=True)
         words = " ".join(["the"] * 60)
-        prompts.write_text("".join(json.dumps({"prompt": f"{i} {words}", "output_tokens_count": 64}) + "\n"
-                                   for i in range(n)))
+        prompts.write_text(
+            "".join(
+                json.dumps({"prompt": f"{i} {words}", "output_tokens_count": 64}) + "\n" for i in range(n)
+            )
+        )
         report = out / "guidellm.json"
-        cmd = [exe, "run", "--backend", f"kind=openai_http,target={srv.url},model=bench-model",
-               "--profile", f"kind=concurrent,streams={streams}",
-               "--constraint", f"kind=max_requests,max_num={n}",
-               "--data", f"kind=json_file,path={prompts}",
-               "--output", f"kind=json,path={report}", "--disable-console-interactive"]
+        cmd = [
+            exe,
+            "run",
+            "--backend",
+            f"kind=openai_http,target={srv.url},model=bench-model",
+            "--profile",
+            f"kind=concurrent,streams={streams}",
+            "--constraint",
+            f"kind=max_requests,max_num={n}",
+            "--data",
+            f"kind=json_file,path={prompts}",
+            "--output",
+            f"kind=json,path={report}",
+            "--disable-console-interactive",
+        ]
         load_before = load()
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         elapsed = time.monotonic() - t0
         truth = srv.truth()
-    result: dict[str, Any] = {"streams": streams, "returncode": proc.returncode, "elapsed_s": elapsed,
-                              "load_before": load_before, "load_after": load(), "command": " ".join(cmd)}
+    result: dict[str, Any] = {
+        "streams": streams,
+        "returncode": proc.returncode,
+        "elapsed_s": elapsed,
+        "load_before": load_before,
+        "load_after": load(),
+        "command": " ".join(cmd),
+    }
     if proc.returncode != 0 or not report.exists():
         result["error"] = (proc.stderr or proc.stdout)[-2000:]
         return result
@@ -235,14 +310,19 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    have_sim = subprocess.run([sys.executable, "-c", "import specdecode.simulator"], capture_output=True).returncode == 0
+    have_sim = (
+        subprocess.run([sys.executable, "-c", "import specdecode.simulator"], capture_output=True).returncode
+        == 0
+    )
     ap.add_argument("--server", choices=["sim", "fake"], default="sim" if have_sim else "fake")
     ap.add_argument("--sim-python", default=sys.executable, help="interpreter that has specdecode.simulator")
     ap.add_argument("--streams", default="50,200,500")
     ap.add_argument("--rates", default="100,200,300,400")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each open-loop rate step")
     ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for client and servers (root)")
-    ap.add_argument("--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)")
+    ap.add_argument(
+        "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
+    )
     ap.add_argument("--out", type=Path, help="write the results JSON here")
     args = ap.parse_args()
     python = args.sim_python if args.server == "sim" else sys.executable
@@ -251,25 +331,47 @@ def main() -> int:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "model": _cpu_model(), "python": platform.python_version(),
-                    "kernel": platform.release()},
-        "server": args.server, "realtime": args.realtime, "client_cpu": sorted(os.sched_getaffinity(0)),
-        "error": [], "pacing": [], "guidellm": [],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "model": _cpu_model(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "server": args.server,
+        "realtime": args.realtime,
+        "client_cpu": sorted(os.sched_getaffinity(0)),
+        "error": [],
+        "pacing": [],
+        "guidellm": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
         for c in [int(x) for x in args.streams.split(",") if x]:
-            r = measurement_error(args.server, c, realtime=args.realtime, python=python, out=Path(tmp) / f"e{c}")
+            r = measurement_error(
+                args.server, c, realtime=args.realtime, python=python, out=Path(tmp) / f"e{c}"
+            )
             results["error"].append(r)
             print(json.dumps(r), flush=True)
         for rate in [float(x) for x in args.rates.split(",") if x]:
-            r = pacing(args.server, rate, realtime=args.realtime, python=python, out=Path(tmp) / f"r{rate}",
-                       seconds=args.seconds)
+            r = pacing(
+                args.server,
+                rate,
+                realtime=args.realtime,
+                python=python,
+                out=Path(tmp) / f"r{rate}",
+                seconds=args.seconds,
+            )
             results["pacing"].append(r)
             print(json.dumps(r), flush=True)
         if args.guidellm:
             for c in [int(x) for x in args.streams.split(",") if x]:
-                r = guidellm(args.guidellm, args.server, c, realtime=args.realtime, python=python,
-                             out=Path(tmp) / f"g{c}")
+                r = guidellm(
+                    args.guidellm,
+                    args.server,
+                    c,
+                    realtime=args.realtime,
+                    python=python,
+                    out=Path(tmp) / f"g{c}",
+                )
                 if "report" in r:
                     r["guidellm"] = _guidellm_figures(Path(r.pop("report")))
                 results["guidellm"].append(r)

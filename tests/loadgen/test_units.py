@@ -147,9 +147,7 @@ def test_crlf_framing_comments_and_the_usage_chunk_with_spec_decode_metrics_are_
 
 
 def test_without_continuous_usage_each_content_event_counts_one_token_and_says_so() -> None:
-    chat = [
-        {"choices": [{"delta": {"content": w}}]} for w in ("a", "b", "c")
-    ]  # no usage on chunks
+    chat = [{"choices": [{"delta": {"content": w}}]} for w in ("a", "b", "c")]  # no usage on chunks
     final = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 5}}
     raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in [*chat, final])
     events = sse.split_events([(1.0, raw)])
@@ -168,7 +166,9 @@ def test_without_continuous_usage_each_content_event_counts_one_token_and_says_s
         (b"hello: world\n\n", sse.MalformedStreamError),
     ],
 )
-def test_malformed_streams_and_error_events_raise_their_own_class(body: bytes, error: type[Exception]) -> None:
+def test_malformed_streams_and_error_events_raise_their_own_class(
+    body: bytes, error: type[Exception]
+) -> None:
     with pytest.raises(error):
         sse.parse(sse.split_events([(0.0, body)]))
 
@@ -213,8 +213,7 @@ def _feed(pieces: list[bytes]) -> http.Response:
 
 def test_chunked_bodies_are_decoded_across_arbitrary_read_boundaries() -> None:
     raw = (
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
     )
     for cut in range(1, len(raw)):
         resp = _feed([raw[:cut], raw[cut:]])

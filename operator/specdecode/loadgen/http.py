@@ -487,26 +487,51 @@ class Exchange:
     error: BaseException | None = None
 
 
-async def exchange(pool: Pool, payload: bytes, *, limit_s: float, ex: Exchange | None = None) -> Exchange:
+Started = tuple[_Connection, "asyncio.Future[Response]"]
+
+
+def send_now(pool: Pool, payload: bytes, ex: Exchange) -> Started | None:
+    """Write `payload` at once on an idle pooled connection (None when there is none).
+
+    For the open-loop pacer: the request leaves in the pacer's own turn of the event loop, not one
+    turn later in a new task. Pass the result to `exchange(started=...)` to read the response.
+    """
+    conn = pool.take_idle()
+    if conn is None:
+        return None
+    ex.sent = time.monotonic()
+    return conn, conn.start(payload)
+
+
+async def exchange(
+    pool: Pool, payload: bytes, *, limit_s: float, ex: Exchange | None = None, started: Started | None = None
+) -> Exchange:
     """Send `payload` and read the whole response, within `limit_s` seconds.
 
     Never raises for network or protocol failures: they land in `Exchange.error` (and
     `TimeoutError` for the timeout). Cancellation propagates, closing the connection. The caller may
-    pass `ex` to keep seeing the times if it is cancelled midway.
+    pass `ex` to keep seeing the times if it is cancelled midway, and `started` when `send_now`
+    already sent the request.
     """
     ex = ex if ex is not None else Exchange()
     attempts = 2  # a pooled connection the server closed meanwhile gets one retry on a fresh one
     while attempts:
         attempts -= 1
-        conn = pool.take_idle()
-        reused = conn is not None
+        conn: _Connection | None = None
         try:
-            if conn is None:
-                t0 = time.monotonic()
-                conn = await pool.connect()
-                ex.connect_s = time.monotonic() - t0
-            ex.sent = time.monotonic()
-            fut = conn.start(payload)
+            if started is not None:
+                conn, fut = started
+                started = None
+                reused = True
+            else:
+                conn = pool.take_idle()
+                reused = conn is not None
+                if conn is None:
+                    t0 = time.monotonic()
+                    conn = await pool.connect()
+                    ex.connect_s = time.monotonic() - t0
+                ex.sent = time.monotonic()
+                fut = conn.start(payload)
             async with asyncio.timeout(limit_s):
                 ex.response = await fut
             ex.error = None

@@ -28,6 +28,7 @@ Outputs under `out_dir` (nothing elsewhere):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -54,6 +55,8 @@ SUMMARY_FILE = "loadgen-summary.json"
 SPIN_S = 0.0015
 #: the loop-lag ticker's period
 TICK_S = 0.010
+#: closed loop: sends released per event-loop iteration (see `_Run._turn`)
+SENDS_PER_ITERATION = 8
 
 StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]
 
@@ -214,6 +217,8 @@ class _Run:
         self.current: _StageState | None = None
         self.summary: dict[str, Any] = {}
         self._parse_queue: asyncio.Queue[_Done] = asyncio.Queue()
+        self._send_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._dispatching = False
         self._progress_failed = False
 
     # ---------------------------------------------------------------------------------- outputs
@@ -258,10 +263,14 @@ class _Run:
         payload: tuple[str, bytes],
         intended: float | None,
         slot: int | None,
+        ex: http.Exchange | None = None,
+        started: http.Started | None = None,
     ) -> None:
-        ex = http.Exchange()
+        ex = ex if ex is not None else http.Exchange()
         try:
-            await http.exchange(self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex)
+            await http.exchange(
+                self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex, started=started
+            )
         except asyncio.CancelledError:
             self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, None, cancelled=True))
             raise
@@ -468,7 +477,10 @@ class _Run:
                 break
             order = self.arms if i % 2 == 0 else self.arms[::-1]
             for arm in order:
-                self._spawn(st, self._one(st, i, arm, payloads[i][arm], target, None))
+                # written here and now when a pooled connection is idle; the task reads the response
+                ex = http.Exchange()
+                started = http.send_now(self.pools[arm], payloads[i][arm][1], ex)
+                self._spawn(st, self._one(st, i, arm, payloads[i][arm], target, None, ex, started))
 
     async def _closed_loop(self, st: _StageState) -> None:
         sp = st.plan
@@ -476,19 +488,52 @@ class _Run:
         n = len(sp.requests)
         next_index = dict.fromkeys(self.arms, 0)
 
+        payloads = {
+            arm: [self._payload(arm, sp.name, i, r.path, r.body) for i, r in enumerate(sp.requests)]
+            for arm in self.arms
+        }
+
         async def worker(arm: str, slot: int) -> None:
             while not st.stop.is_set():
+                await self._turn()
                 i = next_index[arm]
-                if i >= n:
+                if i >= n or st.stop.is_set():
                     return
                 next_index[arm] = i + 1
-                req = sp.requests[i]
-                await self._one(st, i, arm, self._payload(arm, sp.name, i, req.path, req.body), None, slot)
+                await self._one(st, i, arm, payloads[arm][i], None, slot)
 
         st.start = time.monotonic()
         for slot in range(min(sp.concurrency, n)):
             for arm in self.arms:
                 self._spawn(st, worker(arm, slot))
+
+    def _turn(self) -> asyncio.Future[None]:
+        """Wait for a send slot: at most SENDS_PER_ITERATION closed-loop sends per loop iteration.
+
+        When a cohort of streams ends in the same engine step, hundreds of slots want to send at
+        once; sending them all in one loop iteration would hold up the reading (and stamping) of
+        every other stream for milliseconds. Released in FIFO order, a few per iteration.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._send_waiters.append(fut)
+        if not self._dispatching:
+            self._dispatching = True
+            loop.call_soon(self._release_sends)
+        return fut
+
+    def _release_sends(self) -> None:
+        waiters = self._send_waiters
+        released = 0
+        while waiters and released < SENDS_PER_ITERATION:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                released += 1
+        if waiters:
+            asyncio.get_running_loop().call_soon(self._release_sends)
+        else:
+            self._dispatching = False
 
     async def _snapshot(self, arm: str) -> scrape.Snapshot | None:
         try:
