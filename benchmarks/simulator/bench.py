@@ -74,7 +74,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run_one(streams: int, seconds: float, step_ms: float, server_cpu: str | None, nice: int) -> dict[str, Any]:
+def run_one(
+    streams: int, seconds: float, step_ms: float, server_cpu: str | None, nice: int
+) -> dict[str, Any]:
     port = free_port()
     argv = [sys.executable, "-m", "specdecode.simulator", "m", "--host", "127.0.0.1", "--port", str(port),
             "--decode-step-ms", str(step_ms), "--batch-token-ms", "0", "--prefill-token-ms", "0",
@@ -135,7 +137,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--step-ms", type=float, default=50.0)
     ap.add_argument("--server-cpu", default="0", help="CPU list for the simulator (taskset); '' for none")
-    ap.add_argument("--nice", type=int, default=0, help="niceness of the simulator (negative: ahead of other jobs)")
+    ap.add_argument(
+        "--nice", type=int, default=0, help="niceness of the simulator (negative: ahead of other jobs)"
+    )
     ap.add_argument("--client-cpu", default=None, help="CPU list for this client process")
     args = ap.parse_args()
     if args.client_cpu:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from specdecode import __version__
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_demo(sub)
     _add_sim(sub)
+    _add_loadgen(sub)
     return parser
 
 
@@ -115,10 +117,16 @@ def _operator(args: argparse.Namespace) -> int:
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run an experiment (with --local: on this machine, no Kubernetes)")
     p.add_argument("file", metavar="FILE", help="the experiment YAML")
-    p.add_argument("--local", action="store_true", help="run both arms here (the simulator, local vLLM, or URLs)")
-    p.add_argument("--out", default="specdecode-out", metavar="DIR", help="results directory (default: %(default)s)")
+    p.add_argument(
+        "--local", action="store_true", help="run both arms here (the simulator, local vLLM, or URLs)"
+    )
+    p.add_argument(
+        "--out", default="specdecode-out", metavar="DIR", help="results directory (default: %(default)s)"
+    )
     p.add_argument("--fail-on-reject", action="store_true", help="exit 1 unless the verdict is Promote")
-    p.add_argument("--control-url", metavar="URL", help="an already running control server (with --treatment-url)")
+    p.add_argument(
+        "--control-url", metavar="URL", help="an already running control server (with --treatment-url)"
+    )
     p.add_argument("--treatment-url", metavar="URL", help="an already running treatment server")
     _add_display(p)
     p.set_defaults(func=_run)
@@ -127,7 +135,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _add_display(p: argparse.ArgumentParser) -> None:
     display = p.add_mutually_exclusive_group()
     display.add_argument("--quiet", action="store_const", const="quiet", dest="mode", help="a line per stage")
-    display.add_argument("--json", action="store_const", const="json", dest="mode", help="JSON lines on stdout")
+    display.add_argument(
+        "--json", action="store_const", const="json", dest="mode", help="JSON lines on stdout"
+    )
     p.set_defaults(mode="live")
 
 
@@ -155,7 +165,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run the shipped example on the simulator (speculation wins, then loses)")
-    p.add_argument("--out", default="demo-out", metavar="DIR", help="results directory (default: %(default)s)")
+    p.add_argument(
+        "--out", default="demo-out", metavar="DIR", help="results directory (default: %(default)s)"
+    )
     _add_display(p)
     p.set_defaults(func=_demo)
 
@@ -169,6 +181,8 @@ def _demo(args: argparse.Namespace) -> int:
     example = resources.files("specdecode.local").joinpath("demo.yaml")
     with resources.as_file(example) as path:
         return runner.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
+
+
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
 
@@ -181,6 +195,106 @@ def _sim(args: argparse.Namespace) -> int:
     from specdecode.simulator import server
 
     return server.main(args)
+
+
+def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("loadgen", help="load both arms with the experiment's workload (the load Job)")
+    p.add_argument("--experiment", required=True, type=Path, metavar="FILE", help="experiment YAML file")
+    p.add_argument(
+        "--control-url", required=True, metavar="URL", help="control arm base URL (http://host:port)"
+    )
+    p.add_argument("--treatment-url", required=True, metavar="URL", help="treatment arm base URL")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="results directory")
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    p.add_argument(
+        "--scrape-metrics",
+        action="store_true",
+        help="read each arm's /metrics at stage boundaries (counter deltas per stage)",
+    )
+    p.add_argument(
+        "--control-metrics-url", metavar="URL", help="where to scrape the control (default: its URL)"
+    )
+    p.add_argument("--treatment-metrics-url", metavar="URL", help="where to scrape the treatment")
+    p.add_argument(
+        "--dataset-file",
+        type=Path,
+        metavar="FILE",
+        help="JSONL prompts (e.g. the mounted ConfigMap key of a configMap dataset)",
+    )
+    p.add_argument("--salt", help="nonce salt of the prompts (default: seed and time)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    job = p.add_argument_group("in the load Job: store the results for the operator")
+    job.add_argument(
+        "--results-configmap", metavar="PREFIX", help="write the results into ConfigMaps PREFIX-<n>"
+    )
+    job.add_argument("--owner-uid", metavar="UID", help="the experiment's uid (the ConfigMaps' owner)")
+    job.add_argument("--generation", type=int, metavar="N", help="the experiment generation measured")
+    p.set_defaults(func=_loadgen)
+
+
+def _loadgen(args: argparse.Namespace) -> int:
+    try:
+        return _load(args)
+    finally:
+        if args.results_configmap:
+            # Also after a failure or an interruption: what was measured is never lost.
+            _upload_results(args)
+
+
+def _upload_results(args: argparse.Namespace) -> None:
+    import asyncio
+    import os
+
+    from specdecode.controller import kube, results
+    from specdecode.experiment import documents, spec
+
+    name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
+    namespace = os.environ.get("POD_NAMESPACE", "default")
+    owner = None
+    if args.owner_uid:
+        owner = {
+            "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+            "kind": spec.KIND,
+            "name": name,
+            "uid": args.owner_uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    client = kube.Kube.from_environment()
+    try:
+        count = asyncio.run(
+            results.upload(
+                client,
+                args.out,
+                namespace=namespace,
+                prefix=args.results_configmap,
+                experiment=name,
+                owner=owner,
+                generation=args.generation,
+            )
+        )
+    finally:
+        client.close()
+    print(f"stored the results in {count} ConfigMap(s) {args.results_configmap}-*", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace) -> int:
+    from specdecode.loadgen import command
+
+    return command.main(
+        experiment=args.experiment,
+        control_url=args.control_url,
+        treatment_url=args.treatment_url,
+        out=args.out,
+        api_key_env=args.api_key_env,
+        scrape_metrics=args.scrape_metrics,
+        quiet=args.quiet,
+        control_metrics_url=args.control_metrics_url,
+        treatment_metrics_url=args.treatment_metrics_url,
+        dataset_file=args.dataset_file,
+        salt=args.salt,
+        err=sys.stderr,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

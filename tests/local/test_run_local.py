@@ -18,8 +18,14 @@ from specdecode import cli
 from tests.factories import experiment_document
 
 
-def write_experiment(tmp_path: Path, *, simulator: dict[str, Any], stages: list[dict[str, Any]] | None = None,
-                     requests: int = 60, **analysis: Any) -> Path:
+def write_experiment(
+    tmp_path: Path,
+    *,
+    simulator: dict[str, Any],
+    stages: list[dict[str, Any]] | None = None,
+    requests: int = 60,
+    **analysis: Any,
+) -> Path:
     document = experiment_document(
         model="sim/llama-8b",
         engine={"simulator": simulator},
@@ -84,7 +90,9 @@ def test_a_lossy_treatment_is_rejected_for_output_mismatch(tmp_path: Path) -> No
     assert status["stages"][0]["outputMatch"] < 0.9
 
 
-def test_invalid_files_exit_two_before_starting_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_invalid_files_exit_two_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "nope"})
     out = tmp_path / "out"
     assert run(path, out) == 2
@@ -92,7 +100,9 @@ def test_invalid_files_exit_two_before_starting_anything(tmp_path: Path, capsys:
     assert not (out / "logs").exists()
 
 
-def test_without_local_it_says_how_to_run_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_local_it_says_how_to_run_on_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["run", "x.yaml"]) == 2
     assert "kubectl apply -f x.yaml" in capsys.readouterr().err
 
@@ -121,26 +131,38 @@ def alive(pid: int) -> bool:
 
 def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp_path: Path) -> None:
     path = write_experiment(
-        tmp_path, simulator={"profile": "h200-8b-draft-tiny", "decodeStepMs": 5.0}, requests=400, sequential=False
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny", "decodeStepMs": 5.0},
+        requests=400,
+        sequential=False,
     )
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-m", "specdecode", "run", str(path), "--local", "--out", str(out), "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
         requests = out / "requests.jsonl"
         while time.monotonic() < deadline:
-            measured = [line for line in requests.read_text().splitlines() if '"warmup":false' in line] if (
-                requests.exists()) else []
+            measured = (
+                [line for line in requests.read_text().splitlines() if '"warmup":false' in line]
+                if (requests.exists())
+                else []
+            )
             if len(measured) >= 10:
                 break
             time.sleep(0.2)
         arms = children_of(process.pid)
         assert len(arms) == 2, arms
-        treatment = next(pid for pid in arms if "treatment" in Path(f"/proc/{pid}/cmdline").read_text()
-                         or "--speculative-config" in Path(f"/proc/{pid}/cmdline").read_text())
+        treatment = next(
+            pid
+            for pid in arms
+            if "treatment" in Path(f"/proc/{pid}/cmdline").read_text()
+            or "--speculative-config" in Path(f"/proc/{pid}/cmdline").read_text()
+        )
         os.kill(treatment, signal.SIGKILL)
         _, err = process.communicate(timeout=60)
     finally:

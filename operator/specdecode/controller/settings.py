@@ -71,6 +71,9 @@ class OperatorSettings:
             prometheus_pod_labels=_parse_labels(prom_labels)
             if prom_labels
             else default.prometheus_pod_labels,
+            operator_pod_labels=_parse_labels(operator_labels)
+            if operator_labels
+            else default.operator_pod_labels,
         )
 
     @property

@@ -74,7 +74,9 @@ def gpu_count() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
@@ -124,7 +126,11 @@ class Engines:
             env["CUDA_VISIBLE_DEVICES"] = gpus
         with log.open("wb") as sink:
             process = subprocess.Popen(
-                argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                argv,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,
             )
         started = Arm(arm, f"http://127.0.0.1:{port}", process, log, argv)

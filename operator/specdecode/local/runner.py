@@ -128,7 +128,9 @@ class _Run:
 
     def _execute(self, arms: engines.Engines) -> ExperimentStatus:
         if self.options.control_url and self.options.treatment_url:
-            arms.attach({spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url})
+            arms.attach(
+                {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
+            )
             self._load_together(arms)
         elif engines.engine_kind(self.spec) == "simulator" or engines.gpu_count() >= 2:
             gpus = self._gpu_split()
@@ -148,7 +150,9 @@ class _Run:
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
 
     def _load_together(self, arms: engines.Engines) -> None:
-        self.status = self.status.model_copy(update={"phase": Phase.RUNNING, "environment": self._environment(arms)})
+        self.status = self.status.model_copy(
+            update={"phase": Phase.RUNNING, "environment": self._environment(arms)}
+        )
         endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
         self._load(arms, endpoints)
 
@@ -211,7 +215,9 @@ class _Run:
             control = [r for r in recs if r.arm == spec.Arm.CONTROL.value]
             treatment = [r for r in recs if r.arm == spec.Arm.TREATMENT.value]
             self.view.note_speedup(stage, list(recs))
-            return verdict.stage_decided(analysis, control, treatment, max_pairs=stages.get(stage, len(control)))
+            return verdict.stage_decided(
+                analysis, control, treatment, max_pairs=stages.get(stage, len(control))
+            )
 
         return decided
 
@@ -232,7 +238,9 @@ class _Run:
             windows = self._prometheus_windows()
         analysis = verdict.analyse(self.spec, self.records, windows, validity=getattr(self, "validity", None))
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
-        judged = judged.model_copy(update={"completed_at": _now(), "validity": getattr(self, "validity", None)})
+        judged = judged.model_copy(
+            update={"completed_at": _now(), "validity": getattr(self, "validity", None)}
+        )
         self.windows = windows
         self._write(judged)
         return judged
@@ -260,15 +268,26 @@ class _Run:
         if not self.records:
             self.records = _read_records(self.out)
         final = self.status.model_copy(
-            update={"phase": Phase.FAILED, "verdict": None, "reason": reason, "message": message,
-                    "completed_at": _now()}
+            update={
+                "phase": Phase.FAILED,
+                "verdict": None,
+                "reason": reason,
+                "message": message,
+                "completed_at": _now(),
+            }
         )
         self._write(final)
         return final
 
     def _write(self, final: ExperimentStatus) -> None:
         results.write_results(
-            self.out, final, self.records, self.windows, self.spec, name=self.experiment.name, write_inputs=False
+            self.out,
+            final,
+            self.records,
+            self.windows,
+            self.spec,
+            name=self.experiment.name,
+            write_inputs=False,
         )
 
     def _environment(self, arms: engines.Engines) -> status.Environment:

@@ -85,7 +85,9 @@ class QuietView(View):
             tally = self.stages[event.stage]
             note = " (stopped early)" if event.stopped_early else ""
             failures = ", ".join(f"{arm} {n} failed" for arm, n in tally.failed.items() if n)
-            print(f"{event.stage}: done{note}{'; ' + failures if failures else ''}", file=self.out, flush=True)
+            print(
+                f"{event.stage}: done{note}{'; ' + failures if failures else ''}", file=self.out, flush=True
+            )
 
     def message(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -119,11 +121,16 @@ class LiveView(View):
         super().__init__()
         self.console = console or Console(stderr=True)
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=self.console,
         )
         self.tasks: dict[tuple[str, str], TaskID] = {}
-        self.live = Live(Group(self.progress, Table()), console=self.console, refresh_per_second=4, transient=False)
+        self.live = Live(
+            Group(self.progress, Table()), console=self.console, refresh_per_second=4, transient=False
+        )
         self._started = False
 
     def start(self) -> None:
@@ -159,7 +166,13 @@ class LiveView(View):
 
     def _render(self) -> Group:
         table = Table(title="per stage", expand=False)
-        for column in ("stage", "load", "control done/failed", "treatment done/failed", "running TPOT speed-up"):
+        for column in (
+            "stage",
+            "load",
+            "control done/failed",
+            "treatment done/failed",
+            "running TPOT speed-up",
+        ):
             table.add_column(column)
         for name, tally in self.stages.items():
             speedup = self.speedups.get(name)

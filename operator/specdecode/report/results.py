@@ -63,7 +63,8 @@ def write_results(
             for r in records:
                 f.write(r.model_dump_json() + "\n")
         (out_dir / WINDOWS).write_text(
-            json.dumps([w.model_dump(mode="json") for w in windows], indent=1) + "\n", encoding="utf-8"
+            json.dumps({"windows": [w.model_dump(mode="json") for w in windows]}, indent=1) + "\n",
+            encoding="utf-8",
         )
         doc = {
             "metadata": {"name": name},
@@ -104,7 +105,9 @@ def load_results(directory: Path) -> Results:
     if win_path.exists():
         try:
             raw: Any = json.loads(_read(win_path))
-            windows = [StageWindow.model_validate(w) for w in raw]
+            # The load generator writes {"anchor": ..., "windows": [...]}; a bare list is accepted too.
+            listed = raw.get("windows", []) if isinstance(raw, dict) else raw
+            windows = [StageWindow.model_validate(w) for w in listed]
         except (ValueError, TypeError) as exc:
             raise ResultsError(f"{win_path}: {str(exc).splitlines()[0]}") from None
     try:
