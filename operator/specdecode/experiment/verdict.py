@@ -9,12 +9,9 @@ the same time, so the natural unit is the pair: d_i = log(control_i / treatment_
 The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-prompt heterogeneity
 (long prompts are slow in both arms) cancels in the ratio, the log makes it scale-free and symmetric
 (swapping the arms inverts it exactly), and heavy right tails are tamed. Its interval:
-- `analysis.sequential: true` (default): the confidence sequence of `sequential.py` (the inverted
-  pair of SPRTs, valid simultaneously at every analysis point), at the configured confidence, as
-  its running intersection up to the stage's last analysis point. The load generator may have
-  stopped the stage early on the same sequence (`stage_decided`), and the reported interval is valid
-  whatever looks were taken (it is a repeated confidence interval: coverage at the stopping time is
-  measured in `benchmarks/verdict`).
+- `analysis.sequential: true` (default): the always-valid confidence sequence of `sequential.py`,
+  at the configured confidence. The load generator may have stopped the stage early on the same
+  sequence (`stage_decided`), and the reported interval is valid whatever looks were taken.
 - `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
   hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
 Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
@@ -88,9 +85,6 @@ TAIL_QUANTILES = (0.5, 0.9, 0.99)
 ACCEPTANCE_TOLERANCE = 0.05
 #: the upper end of the last range of a batch-size schedule
 SCHEDULE_MAX_BATCH = 4096
-
-#: bounds of the log speed-up interval (exp stays finite)
-_LOG_CAP = 700.0
 
 _LATENCY_FIELDS = {"tpot": "tpot_ms", "e2e": "e2e_ms", "ttft": "ttft_ms"}
 
@@ -225,8 +219,6 @@ def compare(
             crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
             low, high = mean - crit * se, mean + crit * se
             p = float(stats.t.sf((mean - threshold) / se, n - 1))
-    # The sequential interval can be astronomically wide on a few very noisy pairs; keep exp finite.
-    low, high = max(low, -_LOG_CAP), min(high, _LOG_CAP)
     ci = (math.exp(low), math.exp(high))
     if low >= threshold:
         label, why = Label.PASS, f"lower bound {ci[0]:.3f} ≥ {min_speedup:g}"
@@ -936,13 +928,10 @@ def stage_decided(
     Call it at any time, as often as you like (after each completed pair, or every few): the
     guarantee holds under repeated looks. Pass every finished record of the running stage for each
     arm (ok or failed, warm-up excluded) and the stage's request bound (`spec.stage_requests(stage)`).
-    Only the longest run of indices finished in both arms is used, up to its last analysis point
-    (`sequential.analysis_points`: 10, 15, 20, … pairs and `max_pairs`), so any calling pattern is a
-    subset of the points the guarantee covers. True when the primary metric's sequential interval
-    lies wholly at/above or below minSpeedup, at `max_pairs`, or when the stage is futile (the data
-    favour a speed-up of exactly minSpeedup over both minSpeedup × and ÷ `sequential.DESIGN_RATIO`);
-    always False with `analysis.sequential` off or before `sequential.MIN_PAIRS` pairs. Guardrails
-    are judged at the end on whatever ran.
+    Only the longest run of indices finished in both arms is used. True when the primary metric's
+    always-valid interval lies wholly above or below minSpeedup, or the stage is futile (even at
+    `max_pairs` it could not separate from minSpeedup); always False with `analysis.sequential` off
+    or before `sequential.MIN_PAIRS` pairs. Guardrails are judged at the end on whatever ran.
     """
     if not analysis.sequential:
         return False

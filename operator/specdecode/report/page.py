@@ -239,7 +239,7 @@ def render_html(
     )
     body.append(
         "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
-        "with a sequential (SPRT) confidence sequence, valid at any stopping time, when sequential analysis is on (else a paired t "
+        "with an always-valid confidence sequence when sequential analysis is on (else a paired t "
         "interval); tails by paired bootstrap; error rate and output match by Clopper–Pearson.</p>"
     )
     return "".join(head + body) + "</body></html>\n"
