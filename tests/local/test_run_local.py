@@ -80,9 +80,7 @@ def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: P
 
 
 def test_a_lossy_treatment_is_rejected_for_output_mismatch(tmp_path: Path) -> None:
-    path = write_experiment(
-        tmp_path, simulator={"profile": "h200-8b-draft-tiny", "outputMismatchRate": 0.5}
-    )
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny", "outputMismatchRate": 0.5})
     out = tmp_path / "out"
     assert run(path, out) == 0
     status = result(out)

@@ -62,7 +62,15 @@ def _needs_reconcile(body: kopf.Body, **_: Any) -> bool:
     return reconcile.needs_reconcile(current, int(body.metadata.get("generation") or 1))
 
 
-@kopf.timer(spec.API_GROUP, spec.API_VERSION, spec.PLURAL, interval=SETTINGS.interval, when=_needs_reconcile)
+# A failing tick (API error, ...) is retried after a few intervals, not kopf's default minute.
+@kopf.timer(
+    spec.API_GROUP,
+    spec.API_VERSION,
+    spec.PLURAL,
+    interval=SETTINGS.interval,
+    backoff=max(5.0, 3 * SETTINGS.interval),
+    when=_needs_reconcile,
+)
 async def reconcile_experiment(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
@@ -92,8 +100,13 @@ async def reconcile_experiment(
         )
 
     decision = reconcile.decide(subject, current, observed, datetime.now(UTC), settings.timing)
+    # List items carry no apiVersion/kind: remember which list each came from.
+    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, result_maps)]
     stale = [
-        o for o in [*deployments, *jobs, *result_maps] if o["metadata"]["name"] in observed.stale_children
+        (kind, str(o["metadata"]["name"]))
+        for kind, items in listed
+        for o in items
+        if o["metadata"]["name"] in observed.stale_children
     ]
     for action in decision.actions:
         await _apply(action, client, body, document, subject, settings, stale)
@@ -117,13 +130,13 @@ async def _apply(
     document: dict[str, Any],
     subject: reconcile.Subject,
     settings: OperatorSettings,
-    stale: list[dict[str, Any]],
+    stale: list[tuple[kube.KindRef, str]],
 ) -> None:
     namespace = str(body.metadata.namespace)
     name = subject.name
     if action is reconcile.Action.DELETE_STALE:
-        for obj in stale:
-            await client.delete((obj["apiVersion"], obj["kind"]), namespace, obj["metadata"]["name"])
+        for kind, stale_name in stale:
+            await client.delete(kind, namespace, stale_name)
         return
     if action is reconcile.Action.CLEANUP_ARMS:
         for arm in spec.Arm:

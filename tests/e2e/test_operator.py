@@ -1,0 +1,150 @@
+"""The operator against a real API server, scheduler, controller-manager and KWOK GPU nodes.
+
+These tests need no pod to run anything: KWOK marks the arms' pods Running and Ready, which is
+enough for deployment, failure detection, garbage collection, restarts and spec changes. The full
+measured experiment (pods that really run the simulator and the load) is in test_experiment.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_gpu_nodes import GPU_PRODUCT, GPU_TOLERATION
+from k8s_cluster import Cluster
+from operator_process import OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def experiment(name: str = "exp", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "sim/llama-8b",
+        "engine": {
+            "simulator": {"profile": "h200-8b-draft-tiny"},
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+            "nodeSelector": {"nvidia.com/gpu.product": GPU_PRODUCT},
+            "tolerations": [GPU_TOLERATION],
+        },
+        "speculative": {"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        "workload": {
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "requestsPerStage": 20,
+            "warmupRequests": 0,
+        },
+        "deadlines": {"deploy": "2m", "run": "5m"},
+        "prometheus": {"url": "http://127.0.0.1:1"},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeExperiment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+@pytest.fixture
+def operator(
+    cluster: Cluster, crd: Path, gpu_nodes: list[str], namespace: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(cluster, namespace, tmp_path)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == kind)
+
+
+def names(operator: OperatorProcess, kind: str) -> dict[str, str]:
+    items = operator.get(kind, "", "-l", "specdecode.io/experiment=exp")["items"]
+    return {i["metadata"]["name"]: i["metadata"]["uid"] for i in items}
+
+
+def test_an_invalid_spec_fails_without_deploying_anything(operator: OperatorProcess) -> None:
+    doc = experiment()
+    doc["spec"]["engine"]["args"] = ["--port", "9000"]  # the schema allows it; vLLM's ownership rules don't
+    operator.apply(doc)
+    status = operator.wait_phase("exp", "Failed")
+    assert status["reason"] == "InvalidSpec"
+    assert "spec.engine.args[0]: '--port' is owned by the operator" in status["message"]
+    assert "verdict" not in status
+    assert condition(status, "Stalled")["status"] == "True"
+    assert condition(status, "Completed")["status"] == "False"
+    assert names(operator, "deployments") == {}
+
+
+def test_an_arm_that_no_gpu_node_fits_fails_unschedulable(operator: OperatorProcess) -> None:
+    doc = experiment()
+    doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 16}}  # the fake nodes have 8 each
+    operator.apply(doc)
+    status = operator.wait_phase("exp", "Failed", timeout=60)
+    assert status["reason"] == "Unschedulable", status
+    assert "Insufficient nvidia.com/gpu" in status["message"]
+    assert "verdict" not in status
+    assert status["observedGeneration"] == 1
+    assert all(c["observedGeneration"] == 1 for c in status["conditions"])
+    # cleanup: Always frees the (requested) GPUs
+    operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
+
+
+def test_arms_are_owned_by_the_experiment_and_deleting_it_removes_them(operator: OperatorProcess) -> None:
+    operator.apply(experiment())
+    operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)
+    deployments = operator.get("deployments", "", "-l", "specdecode.io/experiment=exp")["items"]
+    for deployment in deployments:
+        owner = deployment["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("SpecDecodeExperiment", "exp", True)
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["containers"][0]["command"] == ["specdecode", "sim"]
+    for kind in ("services", "networkpolicies", "configmaps", "serviceaccounts"):
+        assert names(operator, kind), kind
+    operator.cluster.kubectl("delete", "sdx", "exp", "-n", operator.namespace, "--wait=true", timeout=60)
+    for kind in ("deployments", "services", "networkpolicies", "jobs"):
+        operator.wait(f"{kind} garbage-collected", lambda kind=kind: names(operator, kind) == {}, timeout=60)
+
+
+def test_a_restarted_operator_resumes_without_duplicating_children(operator: OperatorProcess) -> None:
+    operator.apply(experiment())
+    operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)
+    before = names(operator, "deployments")
+    operator.stop()
+    operator.start()
+    status = operator.wait_phase("exp", "Running", "Analyzing", "Completed", "Failed")
+    assert names(operator, "deployments") in ({}, before)  # the same objects (or cleaned up at the end)
+    assert len(names(operator, "jobs")) <= 1
+    assert status["observedGeneration"] == 1
+
+
+def test_a_spec_change_restarts_the_experiment_for_the_new_generation(operator: OperatorProcess) -> None:
+    operator.apply(experiment())
+    operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)
+    first = names(operator, "deployments")
+    changed = copy.deepcopy(experiment())
+    changed["spec"]["engine"]["seed"] = 7
+    operator.apply(changed)
+
+    def regenerated() -> bool:
+        now = names(operator, "deployments")
+        status = operator.status("exp")
+        return (
+            len(now) == 2
+            and set(now.values()).isdisjoint(first.values())
+            and status.get("observedGeneration") == 2
+        )
+
+    operator.wait("children rebuilt for generation 2", regenerated)
+    deployment = operator.get("deployment", "exp-control")
+    assert deployment["metadata"]["annotations"]["specdecode.io/generation"] == "2"
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--seed") + 1] == "7"
+    status = operator.status("exp")
+    assert all(c["observedGeneration"] == 2 for c in status["conditions"])
+    assert condition(status, "Promoted")["status"] == "False"
