@@ -97,7 +97,13 @@ def gpu_nodes(cluster: Cluster) -> list[str]:
 def crd(cluster: Cluster) -> Path:
     """Installs the experiment CRD (crds/, generated from the typed models)."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+
+    def established() -> bool:
+        # Polled rather than `kubectl wait`, which errors while a new CRD has no conditions at all.
+        conditions = cluster.get_json(f"crd/{CRD_NAME}").get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(f"{CRD_NAME} Established", established)
     return CRD_FILE
 
 
