@@ -65,25 +65,28 @@ class Kube:
 
     async def create_if_absent(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         """Create `obj`; when it exists already, return the existing object unchanged (idempotence)."""
-        kind = (str(obj["apiVersion"]), str(obj["kind"]))
-        try:
-            return await self._call("POST", _path(kind, namespace), body=dict(obj))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        existing = await self.get(kind, namespace, str(obj["metadata"]["name"]))
+        created = await self._create(obj, namespace)
+        if created is not None:
+            return created
+        existing = await self.get(_kind(obj), namespace, str(obj["metadata"]["name"]))
         return existing or dict(obj)
 
     async def put(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         """Create `obj`, or replace it when it exists (results uploads)."""
-        kind = (str(obj["apiVersion"]), str(obj["kind"]))
+        created = await self._create(obj, namespace)
+        if created is not None:
+            return created
+        name = str(obj["metadata"]["name"])
+        return await self._call("PUT", f"{_path(_kind(obj), namespace)}/{name}", body=dict(obj))
+
+    async def _create(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        """POST `obj`; None when an object of that name exists already."""
         try:
-            return await self._call("POST", _path(kind, namespace), body=dict(obj))
+            return await self._call("POST", _path(_kind(obj), namespace), body=dict(obj))
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        name = str(obj["metadata"]["name"])
-        return await self._call("PUT", f"{_path(kind, namespace)}/{name}", body=dict(obj))
+        return None
 
     async def get(self, kind: KindRef, namespace: str, name: str) -> dict[str, Any] | None:
         """One object, or None when absent."""
@@ -130,6 +133,10 @@ class Kube:
             return decoded if isinstance(decoded, dict) else {}
 
         return await asyncio.to_thread(call)
+
+
+def _kind(obj: Mapping[str, Any]) -> KindRef:
+    return (str(obj["apiVersion"]), str(obj["kind"]))
 
 
 def _path(kind: KindRef, namespace: str) -> str:
