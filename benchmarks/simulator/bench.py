@@ -74,7 +74,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run_one(streams: int, seconds: float, step_ms: float, server_cpu: str | None, nice: int) -> dict[str, Any]:
+def run_one(
+    streams: int, seconds: float, step_ms: float, server_cpu: str | None, nice: int
+) -> dict[str, Any]:
     port = free_port()
     argv = [sys.executable, "-m", "specdecode.simulator", "m", "--host", "127.0.0.1", "--port", str(port),
             "--decode-step-ms", str(step_ms), "--batch-token-ms", "0", "--prefill-token-ms", "0",
@@ -135,7 +137,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--step-ms", type=float, default=50.0)
     ap.add_argument("--server-cpu", default="0", help="CPU list for the simulator (taskset); '' for none")
-    ap.add_argument("--nice", type=int, default=0, help="niceness of the simulator (negative: ahead of other jobs)")
+    ap.add_argument(
+        "--nice", type=int, default=0, help="niceness of the simulator (negative: ahead of other jobs)"
+    )
     ap.add_argument("--client-cpu", default=None, help="CPU list for this client process")
     args = ap.parse_args()
     if args.client_cpu:
@@ -143,14 +147,16 @@ def main() -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     print(f"# {stamp}; load average before: {os.getloadavg()}; cpus: {os.cpu_count()}")
     print(
-        "| streams | chunks/s | lag p50 ms | lag p99 ms | lag max ms | wake p50 ms | burst p50 ms | server CPU (cores) | CPU µs/chunk |"
+        "| streams | chunks/s | lag p50 ms | lag p99 ms | lag max ms | wake p50 ms | burst p50 ms "
+        "| server CPU (cores) | CPU µs/chunk |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for n in args.streams:
         r = run_one(n, args.seconds, args.step_ms, args.server_cpu or None, args.nice)
         print(
             f"| {r['streams']} | {r['chunks_per_s']:.0f} | {r['lag_p50_ms']:.3f} | {r['lag_p99_ms']:.3f} "
-            f"| {r['lag_max_ms']:.3f} | {r['wake_p50_ms']:.3f} | {r['burst_p50_ms']:.3f} | {r['server_cpu']:.2f} | {r['cpu_us_per_chunk']:.1f} |",
+            f"| {r['lag_max_ms']:.3f} | {r['wake_p50_ms']:.3f} | {r['burst_p50_ms']:.3f} "
+            f"| {r['server_cpu']:.2f} | {r['cpu_us_per_chunk']:.1f} |",
             flush=True,
         )
     print(f"# load average after: {os.getloadavg()}")
