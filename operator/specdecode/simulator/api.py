@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import time
-from array import array
 import uuid
+from array import array
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
