@@ -30,6 +30,7 @@ typecheck: $(STAMP)
 # Regenerate the CRD (and the chart's copy) from the typed models.
 crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
+	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
 
 # A real Prometheus server for the tests (Debian's package), installed only when missing.
 prometheus:
@@ -42,3 +43,7 @@ test: lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The real control plane, KWOK, helm and Prometheus for the e2e tests (built once per machine).
+include mk/k8s.mk
+unit: k8s-bins

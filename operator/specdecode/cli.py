@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from specdecode import __version__
 
@@ -27,7 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdecode {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_validate(sub)
+    _add_report(sub)
+    _add_operator(sub)
+    _add_run(sub)
+    _add_demo(sub)
     _add_sim(sub)
+    _add_loadgen(sub)
     return parser
 
 
@@ -43,6 +49,140 @@ def _validate(args: argparse.Namespace) -> int:
     return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr)
 
 
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("report", help="render the report from a results directory")
+    p.add_argument(
+        "directory", metavar="DIR", help="holds result.json, requests.jsonl, windows.json, experiment.yaml"
+    )
+    p.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from specdecode.report import results, terminal
+
+    try:
+        loaded = results.render_directory(Path(args.directory))
+    except results.ResultsError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    Console().print(terminal.render_terminal(loaded.status))
+    print(f"wrote {Path(args.directory) / results.REPORT}")
+    return EXIT_OK
+
+
+def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("operator", help="run the Kubernetes operator (kopf)")
+    p.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    p.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering with other operator instances (the chart runs exactly one replica)",
+    )
+    p.add_argument(
+        "--liveness", metavar="URL", help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz"
+    )
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve the operator's Prometheus metrics")
+    p.add_argument(
+        "--log-format", choices=["json", "plain"], default="json", help="log format (default: json)"
+    )
+    p.add_argument("--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_operator)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from specdecode.controller import run
+
+    run.run(
+        namespaces=args.namespaces,
+        standalone=args.standalone,
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        log_format=args.log_format,
+        verbose=args.verbose,
+    )
+    return EXIT_OK
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="run an experiment (with --local: on this machine, no Kubernetes)")
+    p.add_argument("file", metavar="FILE", help="the experiment YAML")
+    p.add_argument(
+        "--local", action="store_true", help="run both arms here (the simulator, local vLLM, or URLs)"
+    )
+    p.add_argument(
+        "--out", default="specdecode-out", metavar="DIR", help="results directory (default: %(default)s)"
+    )
+    p.add_argument("--fail-on-reject", action="store_true", help="exit 1 unless the verdict is Promote")
+    p.add_argument(
+        "--control-url", metavar="URL", help="an already running control server (with --treatment-url)"
+    )
+    p.add_argument("--treatment-url", metavar="URL", help="an already running treatment server")
+    _add_display(p)
+    p.set_defaults(func=_run)
+
+
+def _add_display(p: argparse.ArgumentParser) -> None:
+    display = p.add_mutually_exclusive_group()
+    display.add_argument("--quiet", action="store_const", const="quiet", dest="mode", help="a line per stage")
+    display.add_argument(
+        "--json", action="store_const", const="json", dest="mode", help="JSON lines on stdout"
+    )
+    p.set_defaults(mode="live")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if not args.local:
+        print(
+            "specdecode run: only --local runs here; on a cluster, apply the file instead: kubectl apply -f "
+            f"{args.file} (the operator runs it)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    from specdecode.local import runner
+
+    options = runner.Options(
+        out=Path(args.out),
+        control_url=args.control_url,
+        treatment_url=args.treatment_url,
+        fail_on_reject=args.fail_on_reject,
+        mode=args.mode,
+    )
+    return runner.run(Path(args.file), options)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("demo", help="run the shipped example on the simulator (speculation wins, then loses)")
+    p.add_argument(
+        "--out", default="demo-out", metavar="DIR", help="results directory (default: %(default)s)"
+    )
+    _add_display(p)
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from importlib import resources
+    from pathlib import Path
+
+    from specdecode.local import runner
+
+    example = resources.files("specdecode.local").joinpath("demo.yaml")
+    with resources.as_file(example) as path:
+        return runner.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
+
+
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
 
@@ -55,6 +195,106 @@ def _sim(args: argparse.Namespace) -> int:
     from specdecode.simulator import server
 
     return server.main(args)
+
+
+def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("loadgen", help="load both arms with the experiment's workload (the load Job)")
+    p.add_argument("--experiment", required=True, type=Path, metavar="FILE", help="experiment YAML file")
+    p.add_argument(
+        "--control-url", required=True, metavar="URL", help="control arm base URL (http://host:port)"
+    )
+    p.add_argument("--treatment-url", required=True, metavar="URL", help="treatment arm base URL")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="results directory")
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    p.add_argument(
+        "--scrape-metrics",
+        action="store_true",
+        help="read each arm's /metrics at stage boundaries (counter deltas per stage)",
+    )
+    p.add_argument(
+        "--control-metrics-url", metavar="URL", help="where to scrape the control (default: its URL)"
+    )
+    p.add_argument("--treatment-metrics-url", metavar="URL", help="where to scrape the treatment")
+    p.add_argument(
+        "--dataset-file",
+        type=Path,
+        metavar="FILE",
+        help="JSONL prompts (e.g. the mounted ConfigMap key of a configMap dataset)",
+    )
+    p.add_argument("--salt", help="nonce salt of the prompts (default: seed and time)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    job = p.add_argument_group("in the load Job: store the results for the operator")
+    job.add_argument(
+        "--results-configmap", metavar="PREFIX", help="write the results into ConfigMaps PREFIX-<n>"
+    )
+    job.add_argument("--owner-uid", metavar="UID", help="the experiment's uid (the ConfigMaps' owner)")
+    job.add_argument("--generation", type=int, metavar="N", help="the experiment generation measured")
+    p.set_defaults(func=_loadgen)
+
+
+def _loadgen(args: argparse.Namespace) -> int:
+    try:
+        return _load(args)
+    finally:
+        if args.results_configmap:
+            # Also after a failure or an interruption: what was measured is never lost.
+            _upload_results(args)
+
+
+def _upload_results(args: argparse.Namespace) -> None:
+    import asyncio
+    import os
+
+    from specdecode.controller import kube, results
+    from specdecode.experiment import documents, spec
+
+    name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
+    namespace = os.environ.get("POD_NAMESPACE", "default")
+    owner = None
+    if args.owner_uid:
+        owner = {
+            "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+            "kind": spec.KIND,
+            "name": name,
+            "uid": args.owner_uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    client = kube.Kube.from_environment()
+    try:
+        count = asyncio.run(
+            results.upload(
+                client,
+                args.out,
+                namespace=namespace,
+                prefix=args.results_configmap,
+                experiment=name,
+                owner=owner,
+                generation=args.generation,
+            )
+        )
+    finally:
+        client.close()
+    print(f"stored the results in {count} ConfigMap(s) {args.results_configmap}-*", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace) -> int:
+    from specdecode.loadgen import command
+
+    return command.main(
+        experiment=args.experiment,
+        control_url=args.control_url,
+        treatment_url=args.treatment_url,
+        out=args.out,
+        api_key_env=args.api_key_env,
+        scrape_metrics=args.scrape_metrics,
+        quiet=args.quiet,
+        control_metrics_url=args.control_metrics_url,
+        treatment_metrics_url=args.treatment_metrics_url,
+        dataset_file=args.dataset_file,
+        salt=args.salt,
+        err=sys.stderr,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -77,6 +77,22 @@ class RequestRecord(Record):
     """First character where this text differs from the other arm's (null when equal or unknown)."""
     spec_decode: dict[str, Any] | None = None
     """The server's per-request `metrics.speculative_decoding`, when present."""
+    request_id: str = ""
+    """The `x-request-id` header sent (joins with server logs and the simulator's ground truth)."""
+    slot: int | None = None
+    """Closed loop: the arm's worker slot that sent it (0..concurrency-1); null in open loop."""
+    headers: float | None = None
+    """Response head received."""
+    connect_ms: float | None = None
+    """Time to open a new connection for this request; null when a pooled one was reused."""
+    finish_reason: str | None = None
+    """The server's finish_reason (`length` with ignore_eos and max_tokens)."""
+    n_events: int = 0
+    """Data events in the stream (token-bearing or not; `[DONE]` excluded)."""
+    token_source: str = "usage"
+    """Where `events` token counts come from: `usage` (cumulative, exact) or `chunks` (fallback)."""
+    server_metrics: dict[str, Any] | None = None
+    """The usage chunk's other `metrics` fields (server TTFT excluding queue, queue time, ...)."""
 
     # Derived (design.md §5), milliseconds; null when not defined for this request.
     ttft_ms: float | None = None

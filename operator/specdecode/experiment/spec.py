@@ -61,7 +61,9 @@ class EnvVar(Model):
     """Variable name."""
     value: str | None = None
     """Literal value."""
-    value_from: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    value_from: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
     """A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...)."""
 
 
@@ -71,7 +73,7 @@ Quantity = Annotated[int | str, Field(json_schema_extra={"x-kubernetes-int-or-st
 class Resources(Model):
     """Compute resources of each arm's vLLM container (a Kubernetes ResourceRequirements)."""
 
-    limits: dict[str, Quantity] = Field(default_factory=lambda: {"nvidia.com/gpu": 1})
+    limits: dict[str, Quantity] = Field(default_factory=lambda: dict[str, int | str]({"nvidia.com/gpu": 1}))
     """Resource limits, e.g. `nvidia.com/gpu: 1`. Both arms get the same."""
     requests: dict[str, Quantity] = Field(default_factory=dict)
     """Resource requests."""
@@ -212,8 +214,13 @@ class SpeculativeMethod(StrEnum):
     @property
     def needs_draft_model(self) -> bool:
         """Methods whose proposer is a separate model that `model` must name."""
-        return self in {SpeculativeMethod.DRAFT_MODEL, SpeculativeMethod.EAGLE, SpeculativeMethod.EAGLE3,
-                        SpeculativeMethod.DFLASH, SpeculativeMethod.CUSTOM_CLASS}
+        return self in {
+            SpeculativeMethod.DRAFT_MODEL,
+            SpeculativeMethod.EAGLE,
+            SpeculativeMethod.EAGLE3,
+            SpeculativeMethod.DFLASH,
+            SpeculativeMethod.CUSTOM_CLASS,
+        }
 
     @property
     def is_ngram(self) -> bool:
@@ -236,11 +243,15 @@ class SpeculativeSpec(Model):
 
     model_config = ConfigDict(
         json_schema_extra=_cel_extra(
-            cel(f"!(self.method in {_MODEL_METHODS_CEL}) || has(self.model)",
-                "speculative.model is required for this method: name the draft model or head"),
-            cel("!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
+            cel(
+                f"!(self.method in {_MODEL_METHODS_CEL}) || has(self.model)",
+                "speculative.model is required for this method: name the draft model or head",
+            ),
+            cel(
+                "!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
                 "self.promptLookupMin <= self.promptLookupMax",
-                "promptLookupMin must be <= promptLookupMax"),
+                "promptLookupMin must be <= promptLookupMax",
+            ),
         )
     )
 
@@ -256,7 +267,9 @@ class SpeculativeSpec(Model):
     """ngram: shortest n-gram window (vLLM default 5, or promptLookupMax if only that is set)."""
     prompt_lookup_max: int | None = Field(default=None, ge=1)
     """ngram: longest n-gram window (vLLM default 5, or promptLookupMin if only that is set)."""
-    extra: dict[str, Any] = Field(default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    extra: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
     """Any other vLLM SpeculativeConfig key, by its vLLM (snake_case) name; unknown keys are refused."""
 
 
@@ -287,8 +300,12 @@ class JsonlDataset(Model):
     """Prompts from a JSONL file: one `{"prompt": ...}` or `{"messages": [...]}` per line, optional `category`."""
 
     model_config = ConfigDict(
-        json_schema_extra=_cel_extra(cel("has(self.configMap) != has(self.path)",
-                                          "a jsonl dataset needs exactly one of configMap or path"))
+        json_schema_extra=_cel_extra(
+            cel(
+                "self.type != 'jsonl' || has(self.configMap) != has(self.path)",
+                "a jsonl dataset needs exactly one of configMap or path",
+            )
+        )
     )
 
     type: Literal["jsonl"]
@@ -328,8 +345,12 @@ class Stage(Model):
     """One load level: open loop at `rate` requests/s, or closed loop at `concurrency`."""
 
     model_config = ConfigDict(
-        json_schema_extra=_cel_extra(cel("has(self.rate) != has(self.concurrency)",
-                                          "a stage needs exactly one of rate (open loop) or concurrency (closed loop)"))
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.rate) != has(self.concurrency)",
+                "a stage needs exactly one of rate (open loop) or concurrency (closed loop)",
+            )
+        )
     )
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -367,8 +388,12 @@ class WorkloadSpec(Model):
     """The load both arms receive: the same prompts, on the same schedule, with the same seed."""
 
     model_config = ConfigDict(
-        json_schema_extra=_cel_extra(cel("self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
-                                          "stage names must be unique"))
+        json_schema_extra=_cel_extra(
+            cel(
+                "self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
+                "stage names must be unique",
+            )
+        )
     )
 
     dataset: Dataset = Field(default_factory=lambda: SyntheticDataset(type="synthetic"))
@@ -433,7 +458,8 @@ class AnalysisSpec(Model):
     guardrails: Guardrails = Field(default_factory=Guardrails)
     """Limits that block a promotion whatever the speed-up."""
     require_stages: RequireStages = Field(
-        default="all", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+        default="all", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
     """`all`, `any`, or a list of stage names that must pass for Promote."""
     sequential: bool = True
     """Stop a stage early once its decision can no longer change (always-valid error guarantee)."""

@@ -188,6 +188,41 @@ class Speedup(StatusModel):
     """p-value of "no speed-up at minSpeedup"."""
     n: int = 0
     """Pairs used."""
+    method: str | None = None
+    """How the interval was computed: `confidenceSequence` (always valid) or `pairedT` (fixed horizon)."""
+
+
+class QuantileSpeedup(StatusModel):
+    """Speed-up of one quantile of a metric (tails), control quantile over treatment quantile."""
+
+    metric: str
+    """tpot, e2e or ttft."""
+    quantile: float
+    """0.5, 0.9 or 0.99."""
+    estimate: float | None = None
+    """Point estimate."""
+    ci_low: float | None = None
+    """Lower bound (paired bootstrap, percentile)."""
+    ci_high: float | None = None
+    """Upper bound."""
+
+
+class GuardrailResult(StatusModel):
+    """One guardrail of one stage: the estimate, its uncertainty and what it decided."""
+
+    name: str
+    """ttftRegression, errorRate, outputMatch or acceptanceRate."""
+    limit: float
+    """The configured limit."""
+    estimate: float | None = None
+    """Point estimate."""
+    ci_low: float | None = None
+    """Lower confidence bound."""
+    ci_high: float | None = None
+    """Upper confidence bound."""
+    outcome: str = "Holds"
+    """Holds, Breached (estimate beyond the limit: blocks a Pass), SurelyBreached (the bound is beyond
+    it: fails the stage) or NotEvaluated."""
 
 
 class Acceptance(StatusModel):
@@ -230,6 +265,13 @@ class StageResult(StatusModel):
     """Why: one short line per finding (guardrails, evidence)."""
     stopped_early: bool = False
     """Sequential analysis ended the stage before `requestsPerStage`."""
+    tails: list[QuantileSpeedup] = Field(default_factory=list)
+    """Speed-ups of the primary metric's p50, p90 and p99 (informative; they do not decide)."""
+    guardrails: list[GuardrailResult] = Field(default_factory=list)
+    """Each guardrail's estimate, bounds and outcome."""
+    batch_size: float | None = None
+    """Estimated running requests in the treatment: the concurrency (closed loop), or rate × mean E2E
+    (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
 
 
 class Recommendation(StatusModel):

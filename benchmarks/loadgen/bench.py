@@ -1,0 +1,408 @@
+"""How accurate and how fast is the load generator? Client minus server ground truth, on loopback.
+
+Usage (from the repository root, with the project's venv):
+
+    python benchmarks/loadgen/bench.py [--server sim|fake] [--realtime] [--out FILE]
+                                       [--streams 50,200,500] [--rates 100,200,300,400]
+                                       [--guidellm /tmp/guidellm-venv/bin/guidellm]
+
+1. Measurement error: one arm, closed loop at 50/200/500 concurrent streams against the simulator
+   (`python -m specdecode.simulator`, or `--server fake`: tests/loadgen/fakevllm.py). Per request:
+   TTFT error = client TTFT - (server write of the first token chunk - client send stamp);
+   TPOT error = client TPOT - server TPOT (first to last token chunk write). Both processes read
+   CLOCK_MONOTONIC, so the differences are direct. The server's `arrival -> first write` TTFT is
+   also reported (its own read delay belongs to the true TTFT, not to the client's error).
+2. Open-loop pacing: paired arms (the product's load), Poisson at each rate, the client pinned to
+   one core; schedule lag = send - intended. The figure is the highest rate with p99 <= 1 ms.
+3. An established client side by side: GuideLLM (if `--guidellm` is given) at the same
+   concurrency against a fresh simulator; its TTFT/ITL percentiles next to the server's.
+
+The client runs in this process, pinned to CPU 0 (`os.sched_setaffinity`); servers run on the
+other CPUs. `--realtime` puts client and servers under SCHED_FIFO (needs root) to separate the
+client's own overhead from other processes on a shared machine. `uptime`'s load is recorded with
+every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from specdecode.experiment import records, spec
+from specdecode.loadgen import plan as plan_mod
+from specdecode.loadgen import runner, summary
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
+
+
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A simulator (or fake) process on its own CPUs.
+
+    `truth()` returns {x-request-id: (arrival, [(write time, cumulative tokens), ...])}.
+    """
+
+    def __init__(self, kind: str, *, spec_k: int | None, realtime: bool, python: str) -> None:
+        self.kind = kind
+        cpus = sorted(os.sched_getaffinity(0))
+        pin = ["taskset", "-c", ",".join(str(c) for c in cpus[1:]) or "0"] if len(cpus) > 1 else []
+        rt = ["chrt", "-f", "10"] if realtime else []
+        if kind == "sim":
+            self.port = free_port()
+            cmd = [
+                python,
+                "-m",
+                "specdecode.simulator",
+                "bench-model",
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+                "--max-num-seqs",
+                "1024",
+                "--seed",
+                "1",
+            ]
+            if spec_k:
+                cmd += [
+                    "--speculative-config",
+                    json.dumps({"method": "ngram", "num_speculative_tokens": spec_k}),
+                    "--per-request-spec-decode-metrics",
+                    "summary",
+                ]
+            self.proc = subprocess.Popen(rt + pin + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._wait_ready()
+        else:
+            cmd = [python, str(FAKE), "--port", "0", "--step-ms", "10"]
+            if spec_k:
+                cmd += ["--tokens-per-step", f"1-{spec_k + 1}"]
+            self.proc = subprocess.Popen(rt + pin + cmd, stdout=subprocess.PIPE, text=True)
+            assert self.proc.stdout is not None
+            self.port = int(self.proc.stdout.readline().split()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1),
+            ):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("simulator did not start")
+
+    def truth(self) -> dict[str, tuple[float, list[tuple[float, int]]]]:
+        if self.kind == "sim":
+            with urllib.request.urlopen(self.url + "/sim/ground_truth", timeout=30) as resp:
+                lines = resp.read().decode().splitlines()
+            out = {}
+            for line in lines:
+                rec = json.loads(line)
+                cum, emits = 0, []
+                for written, tokens, *_ in rec["chunks"]:
+                    cum += tokens
+                    emits.append((written, cum))
+                out[rec["x_request_id"]] = (rec["arrival"], emits)
+            return out
+        with urllib.request.urlopen(self.url + "/truth", timeout=30) as resp:
+            raw = json.load(resp)
+        return {k: (v["arrival"], [tuple(e) for e in v["emits"]]) for k, v in raw.items()}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@contextlib.contextmanager
+def servers(
+    kind: str, n: int, *, realtime: bool, python: str, spec_k: int | None = None
+) -> Iterator[list[Server]]:
+    started = [Server(kind, spec_k=spec_k if i else None, realtime=realtime, python=python) for i in range(n)]
+    try:
+        yield started
+    finally:
+        for s in started:
+            s.stop()
+
+
+def make_plan(
+    stages: list[dict[str, Any]], n: int, *, input_tokens: int, output_tokens: int
+) -> plan_mod.Plan:
+    s = spec.ExperimentSpec.model_validate(
+        {
+            "model": "bench-model",
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
+            "workload": {
+                "dataset": {"type": "synthetic", "inputTokens": input_tokens, "outputTokens": output_tokens},
+                "stages": stages,
+                "requestsPerStage": n,
+                "warmupRequests": 0,
+            },
+        }
+    )
+    return plan_mod.plan_from_spec(s, ROOT)
+
+
+def run_plan(plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path) -> runner.RunResult:
+    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+        return loop.run(runner.run(plan, endpoints, out))
+
+
+def read_records(out: Path) -> list[records.RequestRecord]:
+    return [
+        records.RequestRecord.model_validate_json(x)
+        for x in (out / runner.REQUESTS_FILE).read_text().splitlines()
+    ]
+
+
+def pct(values: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": summary.quantile(values, 0.5),
+        "p99": summary.quantile(values, 0.99),
+        "max": max(values) if values else None,
+    }
+
+
+def measurement_error(kind: str, streams: int, *, realtime: bool, python: str, out: Path) -> dict[str, Any]:
+    with servers(kind, 1, realtime=realtime, python=python) as (srv,):
+        n = max(2 * streams, 200)
+        plan = make_plan(
+            [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
+        )
+        load_before = load()
+        result = run_plan(plan, {"control": runner.Endpoint(srv.url)}, out)
+        truth = srv.truth()
+    recs = [r for r in read_records(out) if r.ok]
+    a = result.anchor.monotonic
+    ttft_err, tpot_err, server_ttft_err, first_delay = [], [], [], []
+    for r in recs:
+        arrival, emits = truth[r.request_id]
+        assert r.ttft_ms is not None and r.tpot_ms is not None
+        true_ttft = (emits[0][0] - (r.sent + a)) * 1e3
+        ttft_err.append(r.ttft_ms - true_ttft)
+        server_ttft_err.append(r.ttft_ms - (emits[0][0] - arrival) * 1e3)
+        tpot_err.append(r.tpot_ms - (emits[-1][0] - emits[0][0]) * 1e3 / (emits[-1][1] - 1))
+        first_delay.append((r.first_token + a - emits[0][0]) * 1e3 if r.first_token is not None else 0.0)
+    v = result.summary["validity"]
+    return {
+        "streams": streams,
+        "requests": n,
+        "ok": len(recs),
+        "load_before": load_before,
+        "load_after": load(),
+        "ttft_error_ms": pct(ttft_err),
+        "ttft_abs_error_p99_ms": summary.quantile([abs(x) for x in ttft_err], 0.99),
+        "tpot_error_ms": pct(tpot_err),
+        "tpot_abs_error_p99_ms": summary.quantile([abs(x) for x in tpot_err], 0.99),
+        "ttft_minus_server_side_ttft_ms": pct(server_ttft_err),
+        "client_ttft_ms": pct([r.ttft_ms for r in recs if r.ttft_ms is not None]),
+        "client_cpu_percent": v["client_cpu_percent"],
+        "loop_lag_ms": v["loop_lag_ms"],
+    }
+
+
+def pacing(
+    kind: str, rate: float, *, realtime: bool, python: str, out: Path, seconds: float
+) -> dict[str, Any]:
+    with servers(kind, 2, realtime=realtime, python=python, spec_k=3) as (control, treatment):
+        n = int(rate * seconds)
+        plan = make_plan([{"name": "open", "rate": rate}], n, input_tokens=64, output_tokens=16)
+        load_before = load()
+        result = run_plan(
+            plan, {"control": runner.Endpoint(control.url), "treatment": runner.Endpoint(treatment.url)}, out
+        )
+    recs = read_records(out)
+    lags = [r.schedule_lag_ms for r in recs if r.schedule_lag_ms is not None]
+    v = result.summary["validity"]
+    window = result.windows[0]
+    return {
+        "rate": rate,
+        "requests_per_arm": n,
+        "ok": sum(r.ok for r in recs),
+        "load_before": load_before,
+        "load_after": load(),
+        "schedule_lag_ms": pct(lags),
+        "achieved_send_rate": n / max(1e-9, max(r.sent for r in recs) - min(r.sent for r in recs))
+        if recs
+        else None,
+        "window_s": window.end - window.start,
+        "client_cpu_percent": v["client_cpu_percent"],
+        "loop_lag_ms": v["loop_lag_ms"],
+    }
+
+
+def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, out: Path) -> dict[str, Any]:
+    """GuideLLM at `streams` concurrent streams; its percentiles next to the server's truth."""
+    with servers(kind, 1, realtime=realtime, python=python) as (srv,):
+        n = max(2 * streams, 200)
+        prompts = out / "prompts.jsonl"
+        out.mkdir(parents=True, exist_ok=True)
+        words = " ".join(["the"] * 60)
+        prompts.write_text(
+            "".join(
+                json.dumps({"prompt": f"{i} {words}", "output_tokens_count": 64}) + "\n" for i in range(n)
+            )
+        )
+        report = out / "guidellm.json"
+        cmd = [
+            exe,
+            "run",
+            "--backend",
+            f"kind=openai_http,target={srv.url},model=bench-model",
+            "--profile",
+            f"kind=concurrent,streams={streams}",
+            "--constraint",
+            f"kind=max_requests,max_num={n}",
+            "--data",
+            f"kind=json_file,path={prompts}",
+            "--output",
+            f"kind=json,path={report}",
+            "--disable-console-interactive",
+        ]
+        load_before = load()
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        elapsed = time.monotonic() - t0
+        truth = srv.truth()
+    result: dict[str, Any] = {
+        "streams": streams,
+        "returncode": proc.returncode,
+        "elapsed_s": elapsed,
+        "load_before": load_before,
+        "load_after": load(),
+        "command": " ".join(cmd),
+    }
+    if proc.returncode != 0 or not report.exists():
+        result["error"] = (proc.stderr or proc.stdout)[-2000:]
+        return result
+    server_ttft = [(e[0][0] - arr) * 1e3 for arr, e in truth.values() if e]
+    server_tpot = [(e[-1][0] - e[0][0]) * 1e3 / (e[-1][1] - 1) for _, e in truth.values() if len(e) > 1]
+    result["server_ttft_ms"] = pct(server_ttft)
+    result["server_tpot_ms"] = pct(server_tpot)
+    result["report"] = str(report)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    have_sim = (
+        subprocess.run([sys.executable, "-c", "import specdecode.simulator"], capture_output=True).returncode
+        == 0
+    )
+    ap.add_argument("--server", choices=["sim", "fake"], default="sim" if have_sim else "fake")
+    ap.add_argument("--sim-python", default=sys.executable, help="interpreter that has specdecode.simulator")
+    ap.add_argument("--streams", default="50,200,500")
+    ap.add_argument("--rates", default="100,200,300,400")
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of each open-loop rate step")
+    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for client and servers (root)")
+    ap.add_argument(
+        "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
+    )
+    ap.add_argument("--out", type=Path, help="write the results JSON here")
+    args = ap.parse_args()
+    python = args.sim_python if args.server == "sim" else sys.executable
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the client: one core
+    if args.realtime:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    results: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "model": _cpu_model(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "server": args.server,
+        "realtime": args.realtime,
+        "client_cpu": sorted(os.sched_getaffinity(0)),
+        "error": [],
+        "pacing": [],
+        "guidellm": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in [int(x) for x in args.streams.split(",") if x]:
+            r = measurement_error(
+                args.server, c, realtime=args.realtime, python=python, out=Path(tmp) / f"e{c}"
+            )
+            results["error"].append(r)
+            print(json.dumps(r), flush=True)
+        for rate in [float(x) for x in args.rates.split(",") if x]:
+            r = pacing(
+                args.server,
+                rate,
+                realtime=args.realtime,
+                python=python,
+                out=Path(tmp) / f"r{rate}",
+                seconds=args.seconds,
+            )
+            results["pacing"].append(r)
+            print(json.dumps(r), flush=True)
+        if args.guidellm:
+            for c in [int(x) for x in args.streams.split(",") if x]:
+                r = guidellm(
+                    args.guidellm,
+                    args.server,
+                    c,
+                    realtime=args.realtime,
+                    python=python,
+                    out=Path(tmp) / f"g{c}",
+                )
+                if "report" in r:
+                    r["guidellm"] = _guidellm_figures(Path(r.pop("report")))
+                results["guidellm"].append(r)
+                print(json.dumps(r)[:2000], flush=True)
+    ok_rates = [p["rate"] for p in results["pacing"] if (p["schedule_lag_ms"]["p99"] or 0) <= 1.0]
+    results["highest_rate_within_1ms_p99_lag"] = max(ok_rates) if ok_rates else None
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps({"highest_rate_within_1ms_p99_lag": results["highest_rate_within_1ms_p99_lag"]}))
+    return 0
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def _guidellm_figures(report: Path) -> dict[str, Any]:
+    """TTFT and ITL percentiles out of GuideLLM's JSON report (its own definitions: ITL = our TPOT)."""
+    doc = json.loads(report.read_text())
+    bench = doc["benchmarks"][0]
+    metrics = bench["metrics"]
+    out: dict[str, Any] = {}
+    for key in ("time_to_first_token_ms", "inter_token_latency_ms", "time_per_output_token_ms"):
+        m = metrics.get(key, {}).get("successful", {})
+        pcts = m.get("percentiles", {})
+        out[key] = {"p50": pcts.get("p50"), "p99": pcts.get("p99"), "mean": m.get("mean")}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Monte Carlo study of the verdict's sequential rule (issue 5).
+
+Each simulated experiment is one stage of up to `--max-pairs` paired requests. Per request i:
+    TPOT_arm,i = base * exp(a_i + e_arm,i) * stall_arm,i   (treatment divided by the true speed-up)
+a_i ~ N(0, 0.4) is the prompt's own heterogeneity, shared by both arms (long prompts are slow in
+both); e ~ N(0, sigma) is independent per arm (batch composition differs between the arms); with
+probability 5% a request also stalls by a factor 1 + Pareto(2) (heavy right tail, both arms alike).
+The true speed-up is exp(E[log control - log treatment]) — the estimand of verdict.compare.
+
+Rules compared on the same samples:
+- sequential: the operator's rule (speculation-on looks every `--look-every` pairs, stop when the
+  always-valid interval clears or falls below minSpeedup, or the stage is futile; promote iff the
+  lower bound ≥ minSpeedup at the stop) — `specdecode.experiment.sequential`, the code the operator runs;
+- fixed: the paired t interval after a fixed n (two-sided at the same confidence), for the n a
+  fixed-horizon design needs for 90% power at 1.2 × minSpeedup (found by simulation on these samples);
+- naive: "promote if the mean of per-request TPOT ratios ≥ minSpeedup" after all pairs (what users
+  do today), and its cousin "ratio of mean TPOTs ≥ minSpeedup".
+
+Run: .venv/bin/python benchmarks/verdict/montecarlo.py   (about a minute on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from specdecode.experiment import sequential
+
+
+def simulate(rng: np.random.Generator, runs: int, pairs: int, speedup: float, sigma: float) -> np.ndarray:
+    """(control, treatment) TPOT in ms, shape (2, runs, pairs)."""
+    a = rng.normal(0.0, 0.4, (runs, pairs))
+
+    def arm() -> np.ndarray:
+        stall = np.where(rng.random((runs, pairs)) < 0.05, 1.0 + rng.pareto(2.0, (runs, pairs)), 1.0)
+        return 10.0 * np.exp(a + rng.normal(0.0, sigma, (runs, pairs))) * stall
+
+    return np.stack([arm(), arm() / speedup])
+
+
+def sequential_rule(
+    d: np.ndarray, *, threshold: float, confidence: float, look_every: int, futility: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(promoted, rejected, pairs used, interval covers truth placeholder) per run."""
+    runs, n = d.shape
+    seq = sequential.confidence_sequence(d, confidence=confidence, horizon=n)
+    t = np.arange(1, n + 1)
+    looks = (t % look_every == 0) & (t >= sequential.MIN_PAIRS)
+    looks[-1] = True
+    stop = (seq.low > threshold) | (seq.high < threshold)
+    if futility:
+        stop |= sequential.futile(
+            seq.low, seq.high, seq.sd, threshold=threshold, confidence=confidence, horizon=n
+        )
+    stop &= looks
+    stop[:, -1] = True
+    first = stop.argmax(axis=1)
+    rows = np.arange(runs)
+    low, high = seq.low[rows, first], seq.high[rows, first]
+    return low > threshold, high < threshold, first + 1, np.stack([low, high])
+
+
+def fixed_rule(
+    d: np.ndarray, n: int, *, threshold: float, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Paired t lower/upper bounds after the first n pairs."""
+    x = d[:, :n]
+    mean = x.mean(axis=1)
+    se = x.std(axis=1, ddof=1) / math.sqrt(n)
+    crit = stats.t.ppf(0.5 + confidence / 2.0, n - 1)
+    return mean - crit * se, mean + crit * se
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=2000, help="simulated experiments per scenario")
+    p.add_argument("--max-pairs", type=int, default=300, help="requestsPerStage")
+    p.add_argument("--min-speedup", type=float, default=1.10)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--look-every", type=int, default=5)
+    p.add_argument("--sigmas", type=float, nargs="+", default=[0.25, 0.5], help="per-arm log-noise of TPOT")
+    p.add_argument("--seed", type=int, default=20261130)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args()
+    rng = np.random.default_rng(args.seed)
+    m, conf, n_max = args.min_speedup, args.confidence, args.max_pairs
+    th = math.log(m)
+    started = time.time()
+    results = []
+    for sigma in args.sigmas:
+        row: dict[str, object] = {"sigma": sigma}
+        by_truth: dict[str, dict[str, float]] = {}
+        samples = {}
+        for label, truth in (
+            ("slower 1.0x", 1.0),
+            ("at minSpeedup", m),
+            ("1.1 x min", 1.1 * m),
+            ("1.2 x min", 1.2 * m),
+        ):
+            c, t = simulate(rng, args.runs, n_max, truth, sigma)
+            d = np.log(c / t)
+            samples[label] = d
+            promoted, rejected, used, bounds = sequential_rule(
+                d, threshold=th, confidence=conf, look_every=args.look_every
+            )
+            no_fut = sequential_rule(
+                d, threshold=th, confidence=conf, look_every=args.look_every, futility=False
+            )
+            covered = (bounds[0] <= math.log(truth)) & (math.log(truth) <= bounds[1])
+            by_truth[label] = {
+                "true_speedup": truth,
+                "seq_promote": float(promoted.mean()),
+                "seq_reject": float(rejected.mean()),
+                "seq_mean_pairs": float(used.mean()),
+                "seq_promote_no_futility": float(no_fut[0].mean()),
+                "seq_mean_pairs_no_futility": float(no_fut[2].mean()),
+                "seq_coverage_at_stop": float(covered.mean()),
+                "naive_mean_ratio_promote": float(((c / t).mean(axis=1) >= m).mean()),
+                "naive_ratio_of_means_promote": float((c.mean(axis=1) / t.mean(axis=1) >= m).mean()),
+                "sd_log_ratio": float(d.std()),
+            }
+        # The fixed-horizon design with 90% power at 1.2 x minSpeedup, found on these samples.
+        grid = list(range(sequential.MIN_PAIRS, n_max + 1))
+        n_fix = None
+        for n in grid:
+            low, _ = fixed_rule(samples["1.2 x min"], n, threshold=th, confidence=conf)
+            if (low > th).mean() >= 0.90:
+                n_fix = n
+                break
+        row["fixed_n_for_90pct_power"] = n_fix
+        if n_fix is not None:
+            low, high = fixed_rule(samples["at minSpeedup"], n_fix, threshold=th, confidence=conf)
+            row["fixed_false_promote"] = float((low > th).mean())
+            seq_power = by_truth["1.2 x min"]["seq_promote"]
+            # The fixed n matching the sequential rule's own power (if reachable within max pairs).
+            n_match = next(
+                (
+                    n
+                    for n in grid
+                    if (fixed_rule(samples["1.2 x min"], n, threshold=th, confidence=conf)[0] > th).mean()
+                    >= seq_power
+                ),
+                None,
+            )
+            row["fixed_n_matching_seq_power"] = n_match
+            row["seq_pairs_over_fixed_n_at_1.2x"] = by_truth["1.2 x min"]["seq_mean_pairs"] / n_fix
+            if n_match is not None:
+                row["seq_pairs_over_matched_fixed_n_at_1.2x"] = (
+                    by_truth["1.2 x min"]["seq_mean_pairs"] / n_match
+                )
+        low, high = fixed_rule(samples["at minSpeedup"], n_max, threshold=th, confidence=conf)
+        row["fixed_at_max_pairs_coverage"] = float(((low <= th) & (th <= high)).mean())
+        row["scenarios"] = by_truth
+        results.append(row)
+    out = {
+        "runs_per_scenario": args.runs,
+        "max_pairs": n_max,
+        "min_speedup": m,
+        "confidence": conf,
+        "look_every": args.look_every,
+        "seed": args.seed,
+        "seconds": round(time.time() - started, 1),
+        "machine": f"{platform.machine()} {platform.processor() or ''} python {sys.version.split()[0]} "
+        f"numpy {np.__version__}".strip(),
+        "results": results,
+    }
+    print(json.dumps(out, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

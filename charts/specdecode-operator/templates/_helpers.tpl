@@ -1,0 +1,134 @@
+{{/* Chart name, overridable. */}}
+{{- define "specdecode-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's resources (63 characters at most: some fields are DNS labels). */}}
+{{- define "specdecode-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that select the operator's pod. Each experiment's NetworkPolicy admits pods labelled
+app.kubernetes.io/name=specdecode-operator to the arms: keep nameOverride empty. */}}
+{{- define "specdecode-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdecode-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every resource of the chart. */}}
+{{- define "specdecode-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "specdecode-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: specdecode-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The ServiceAccount the operator runs as. */}}
+{{- define "specdecode-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specdecode-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* A label map as "k1=v1,k2=v2" (how controller/settings.py reads label variables). */}}
+{{- define "specdecode-operator.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* The image reference: repository@digest, else repository:tag (tag defaults to appVersion). */}}
+{{- define "specdecode-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+RBAC, in two groups (kopf docs/deployment-rbac.yaml):
+- Framework: what kopf itself needs to serve the SpecDecodeExperiment resource.
+- Application: what the controller creates and reads in the experiments' namespaces.
+"namespacedRules" hold in every served namespace: in the ClusterRole when all namespaces are
+served, else in one Role per namespace. "clusterRules" are cluster-scoped and always in the ClusterRole.
+Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the table).
+*/}}
+{{- define "specdecode-operator.namespacedRules" -}}
+# Framework: watching the experiments, adding kopf's finalizer (patch) and writing .status.
+- apiGroups: [specdecode.io]
+  resources: [specdecodeexperiments]
+  verbs: [get, list, watch, patch]
+- apiGroups: [specdecode.io]
+  resources: [specdecodeexperiments/status]
+  verbs: [get, patch]
+# Framework: children are adopted with blockOwnerDeletion, which clusters with the
+# OwnerReferencesPermissionEnforcement admission plugin (e.g. OpenShift) allow only to whoever may
+# update the owner's finalizers.
+- apiGroups: [specdecode.io]
+  resources: [specdecodeexperiments/finalizers]
+  verbs: [update]
+# Framework: posting Events (kopf.info/warn and per-object log lines) about the experiments.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# Application: the children of an experiment: both arms (Deployment, Service), the NetworkPolicy
+# around them, and the load Job with its ServiceAccount, Role and RoleBinding. Created if absent,
+# read back, listed by label and deleted by the cleanup policy (controller/kube.py); never patched.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [create, get, list, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, get, list, delete]
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [create, get, list, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get, list, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [create, get, list, delete]
+# Application: ConfigMaps: the spec ConfigMap, the load Job's result chunks (read) and the report
+# (written with update). RBAC escalation prevention: the load Job's Role grants configmaps
+# create/get/update/patch, and only a holder of all of them may create that Role and bind it
+# (without the escalate/bind verbs, which we do not want), hence patch too.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create, get, list, update, patch, delete]
+# Application: failure detection: Unschedulable, ImagePullBackOff, CrashLoopBackOff and OOMKilled
+# are read from the pods of the arms and the load Job.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list]
+{{- end }}
+
+{{- define "specdecode-operator.clusterRules" -}}
+# Framework: kopf's cluster scanning notices the CRD being (re)installed or removed.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- if .Values.watchNamespaces }}
+# Framework: when serving a list of namespaces, kopf lists and watches Namespaces to notice them
+# appearing and disappearing (it does not when serving all namespaces).
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}
+{{- end }}

@@ -1,0 +1,1 @@
+"""The kopf operator: the only code that talks to Kubernetes and Prometheus."""

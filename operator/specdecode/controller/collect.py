@@ -1,0 +1,147 @@
+"""Analyzing: gather the load Job's results and Prometheus' view of both arms, then judge.
+
+Returns what the decision function needs: a `Judgement`, or a `CollectFailure` with a reason
+(transient ones — Prometheus unreachable — are retried by the decision function's grace period).
+The full report is stored in a ConfigMap `<exp>-report` named by `status.resultsRef`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from specdecode.controller import prometheus, results
+from specdecode.controller.kube import Kube
+from specdecode.controller.settings import OperatorSettings
+from specdecode.experiment import manifests, reconcile, records, spec, status, verdict
+from specdecode.report import page
+
+
+def parse_results(
+    files: Mapping[str, str],
+) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+    """The load Job's files -> records, the run's clock anchor, stage windows and summary."""
+    lines = files.get("requests.jsonl", "").splitlines()
+    recs = [records.RequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    windows_doc = json.loads(files.get("windows.json") or "{}")
+    anchor = records.RunAnchor.model_validate(windows_doc.get("anchor") or {"monotonic": 0.0, "wall": 0.0})
+    windows = [records.StageWindow.model_validate(w) for w in windows_doc.get("windows", [])]
+    summary = json.loads(files.get("loadgen-summary.json") or "{}")
+    return recs, anchor, windows, summary
+
+
+def with_prometheus(
+    source: prometheus.PrometheusSource | Any,
+    windows: list[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+) -> list[records.StageWindow]:
+    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra)."""
+    updated = []
+    for window in windows:
+        start = anchor.wall + window.start
+        end = anchor.wall + window.end
+        server = {}
+        for arm in spec.Arm:
+            labels = {
+                settings.prom_namespace_label: namespace,
+                settings.prom_experiment_label: name,
+                settings.prom_arm_label: arm.value,
+            }
+            metrics = prometheus.arm_metrics(
+                source,
+                labels,
+                start=start,
+                end=end,
+                speculative=arm is spec.Arm.TREATMENT,
+                pod_label=settings.prom_pod_label,
+            )
+            direct = window.server.get(arm.value)
+            if direct is not None:
+                metrics = metrics.model_copy(
+                    update={"extra": {**metrics.extra, "direct": direct.model_dump()}}
+                )
+            server[arm.value] = metrics
+        updated.append(window.model_copy(update={"server": server}))
+    return updated
+
+
+def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The report and result.json, gzip'd (a report with plots can pass ConfigMap size limits raw)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-report", "labels": manifests.labels(name, component="results")},
+        "binaryData": {
+            "report.html.gz": base64.b64encode(gzip.compress(html.encode(), mtime=0)).decode(),
+            "result.json.gz": base64.b64encode(gzip.compress(json.dumps(result).encode(), mtime=0)).decode(),
+        },
+    }
+
+
+async def collect(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+) -> reconcile.Judgement | reconcile.CollectFailure:
+    """Results + Prometheus -> verdict, or why not."""
+    metadata = body["metadata"]
+    name, namespace, generation = (
+        metadata["name"],
+        metadata["namespace"],
+        int(metadata.get("generation") or 1),
+    )
+    try:
+        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
+        recs, anchor, windows, summary = parse_results(files)
+    except results.ResultsError as exc:
+        return reconcile.CollectFailure("ResultsMissing", f"{exc}; read the load Job's log")
+    except ValueError as exc:
+        return reconcile.CollectFailure("ResultsCorrupt", f"the load Job's results do not parse: {exc}")
+    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    if url is None:
+        return reconcile.CollectFailure(
+            "PrometheusNotConfigured", "set spec.prometheus.url, or the operator's default Prometheus URL"
+        )
+    source = prometheus.PrometheusSource(url)
+    try:
+        windows = await asyncio.to_thread(
+            with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
+        )
+    except prometheus.PrometheusUnavailable as exc:
+        return reconcile.CollectFailure(
+            "PrometheusUnavailable", f"Prometheus did not answer: {exc}", transient=True
+        )
+    except prometheus.PrometheusNoData as exc:
+        return reconcile.CollectFailure(
+            "PrometheusNoData",
+            f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
+            f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
+        )
+    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    if analysis.verdict is None:
+        return reconcile.CollectFailure(str(analysis.reason), analysis.message)
+    judged = analysis.apply(current)
+    html = page.render_html(judged, recs, windows, experiment, name=name)
+    report = report_config_map(name, html, judged.wire())
+    report["metadata"]["annotations"] = {"specdecode.io/generation": str(generation)}
+    await kube.put(report, namespace)
+    return reconcile.Judgement(
+        verdict=analysis.verdict,
+        reason=str(analysis.reason),
+        message=analysis.message,
+        stages=analysis.stages,
+        recommendation=analysis.recommendation,
+        speedup_summary=analysis.speedup_summary,
+        validity=summary.get("validity"),
+        results_ref=status.ResultsRef(config_map=report["metadata"]["name"]),
+    )

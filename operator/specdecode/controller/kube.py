@@ -1,0 +1,139 @@
+"""The only module that talks to the Kubernetes API (besides kopf itself).
+
+A handful of generic calls over the official client's `ApiClient.call_api`, run in threads so the
+kopf event loop never blocks. Objects are plain dicts (as the manifest builders return them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+# (apiVersion, kind) -> collection path in a namespace.
+_COLLECTIONS: dict[tuple[str, str], str] = {
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{namespace}/deployments",
+    ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
+    ("v1", "ServiceAccount"): "/api/v1/namespaces/{namespace}/serviceaccounts",
+    ("v1", "Pod"): "/api/v1/namespaces/{namespace}/pods",
+    ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{namespace}/jobs",
+    (
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+    ): "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+    (
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+    ): "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+    ),
+}
+
+KindRef = tuple[str, str]
+DEPLOYMENT: KindRef = ("apps/v1", "Deployment")
+POD: KindRef = ("v1", "Pod")
+JOB: KindRef = ("batch/v1", "Job")
+CONFIG_MAP: KindRef = ("v1", "ConfigMap")
+SERVICE: KindRef = ("v1", "Service")
+
+
+class Kube:
+    """A Kubernetes API client for the operator's children."""
+
+    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+        self._api = api
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In-cluster credentials, else the kubeconfig (`KUBECONFIG` or ~/.kube/config)."""
+        configuration = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(kubernetes.client.ApiClient(configuration))
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    async def create_if_absent(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Create `obj`; when it exists already, return the existing object unchanged (idempotence)."""
+        kind = (str(obj["apiVersion"]), str(obj["kind"]))
+        try:
+            return await self._call("POST", _path(kind, namespace), body=dict(obj))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        existing = await self.get(kind, namespace, str(obj["metadata"]["name"]))
+        return existing or dict(obj)
+
+    async def put(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Create `obj`, or replace it when it exists (results uploads)."""
+        kind = (str(obj["apiVersion"]), str(obj["kind"]))
+        try:
+            return await self._call("POST", _path(kind, namespace), body=dict(obj))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        name = str(obj["metadata"]["name"])
+        return await self._call("PUT", f"{_path(kind, namespace)}/{name}", body=dict(obj))
+
+    async def get(self, kind: KindRef, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object, or None when absent."""
+        try:
+            return await self._call("GET", f"{_path(kind, namespace)}/{name}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def select(self, kind: KindRef, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Objects of a kind carrying all `labels`."""
+        selector = ",".join(f"{key}={value}" for key, value in labels.items())
+        result = await self._call("GET", _path(kind, namespace), query=[("labelSelector", selector)])
+        items: list[dict[str, Any]] = result.get("items") or []
+        return items
+
+    async def delete(self, kind: KindRef, namespace: str, name: str) -> None:
+        """Delete in the background (dependents by the garbage collector); absent is fine."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            await self._call("DELETE", f"{_path(kind, namespace)}/{name}", body=body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _call(
+        self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None
+    ) -> dict[str, Any]:
+        def call() -> dict[str, Any]:
+            method_, url, headers, payload, post = self._api.param_serialize(
+                method,
+                path,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=30)
+            data = response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status < 300:
+                raise ApiException(status=response.status, reason=response.reason, body=data)
+            decoded = json.loads(data) if data else {}
+            return decoded if isinstance(decoded, dict) else {}
+
+        return await asyncio.to_thread(call)
+
+
+def _path(kind: KindRef, namespace: str) -> str:
+    try:
+        return _COLLECTIONS[kind].format(namespace=namespace)
+    except KeyError:
+        raise ValueError(f"no API path known for {kind}") from None

@@ -1,0 +1,138 @@
+"""From Kubernetes objects (plain dicts) to what the decision function reasons about. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from specdecode.experiment import manifests, reconcile, spec
+
+GENERATION_ANNOTATION = "specdecode.io/generation"
+
+
+def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
+    """The failure-relevant facts of a pod."""
+    status = pod.get("status") or {}
+    statuses: list[dict[str, Any]] = list(status.get("containerStatuses") or [])
+    unschedulable, since = None, None
+    for condition in status.get("conditions") or []:
+        if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            unschedulable = condition.get("message") or "no node fits"
+            since = _time(condition.get("lastTransitionTime"))
+    waiting_reason = waiting_message = terminated_reason = None
+    exit_code = None
+    restarts = 0
+    image_id = None
+    ready = bool(statuses) and all(s.get("ready") for s in statuses)
+    for container in statuses:
+        restarts += int(container.get("restartCount") or 0)
+        image_id = image_id or container.get("imageID") or None
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting_reason is None:
+            waiting_reason, waiting_message = waiting.get("reason"), waiting.get("message")
+        for key in ("terminated",):
+            terminated = (container.get("state") or {}).get(key) or (container.get("lastState") or {}).get(
+                key
+            )
+            if terminated and terminated_reason is None:
+                terminated_reason = terminated.get("reason") or "Error"
+                exit_code = terminated.get("exitCode")
+    return reconcile.PodState(
+        name=str((pod.get("metadata") or {}).get("name", "")),
+        phase=str(status.get("phase") or "Pending"),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        ready=ready,
+        unschedulable=unschedulable,
+        unschedulable_since=since,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        last_terminated_reason=terminated_reason,
+        last_exit_code=exit_code,
+        restarts=restarts,
+        image_id=image_id,
+    )
+
+
+def arm_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> reconcile.ArmState:
+    """One arm from its Deployment and pods (pods being deleted are ignored)."""
+    if deployment is None:
+        return reconcile.ArmState()
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    return reconcile.ArmState(exists=True, ready_replicas=ready, pods=tuple(pod_state(p) for p in live))
+
+
+def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> reconcile.JobState:
+    """The load Job: done, failed (with the condition's reason and message) or running."""
+    if job is None:
+        return reconcile.JobState()
+    succeeded = failed = False
+    reason = message = None
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            succeeded = True
+        elif condition.get("type") == "Failed":
+            failed, reason, message = True, condition.get("reason"), condition.get("message")
+    pod = pod_state(pods[-1]) if pods else None
+    return reconcile.JobState(
+        exists=True, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod
+    )
+
+
+def generation_of(obj: Mapping[str, Any]) -> int | None:
+    """The experiment generation a child was built for."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def observe(
+    name: str,
+    generation: int,
+    *,
+    deployments: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Mapping[str, Any]],
+    results: Sequence[Mapping[str, Any]] = (),
+) -> reconcile.Observed:
+    """Everything the decision function needs, from lists of the experiment's children."""
+    names = manifests.Names(name)
+    current = [o for o in [*deployments, *jobs] if generation_of(o) in (None, generation)]
+    stale = tuple(
+        str(o["metadata"]["name"])
+        for o in [*deployments, *jobs, *results]
+        if generation_of(o) not in (None, generation)
+    )
+    by_name = {str(o["metadata"]["name"]): o for o in current}
+    arms = {}
+    for arm in spec.Arm:
+        arm_pods = [
+            p
+            for p in pods
+            if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_ARM) == arm.value
+        ]
+        arms[arm] = arm_state(by_name.get(names.arm(arm)), arm_pods)
+    load_pods = [
+        p
+        for p in pods
+        if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_COMPONENT) == "load"
+    ]
+    job = job_state(by_name.get(names.load_job), load_pods)
+    return reconcile.Observed(
+        arms=arms, job=job, stale_children=stale, any_children=bool(deployments) or bool(jobs)
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))

@@ -1,0 +1,100 @@
+"""The operator's own settings, all in one place, read once from the environment.
+
+The Helm chart sets these variables (see charts/specdecode-operator/values.yaml); each has a
+default that works in a plain cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from specdecode.experiment import manifests, reconcile
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Every knob of the operator."""
+
+    operator_image: str = "ghcr.io/specdecode/specdecode-operator:0.1.0"
+    """Image of the load Job and of simulator arms (the operator's own image)."""
+    image_pull_policy: str = "IfNotPresent"
+    """Pull policy for that image."""
+    prometheus_url: str | None = None
+    """Used when an experiment names no `spec.prometheus.url`."""
+    interval: float = 5.0
+    """Seconds between reconcile ticks of an active experiment."""
+    unschedulable_grace: float = 60.0
+    """Seconds a pod may stay Unschedulable before the experiment fails."""
+    analysis_grace: float = 300.0
+    """Seconds transient collection failures (Prometheus down) are retried."""
+    prom_experiment_label: str = "specdecode_io_experiment"
+    """Prometheus label holding the pod's `specdecode.io/experiment` label."""
+    prom_arm_label: str = "specdecode_io_arm"
+    """Prometheus label holding the pod's `specdecode.io/arm` label."""
+    prom_namespace_label: str = "namespace"
+    """Prometheus label holding the pod's namespace."""
+    prom_pod_label: str = "pod"
+    """Prometheus label holding the pod's name."""
+    prometheus_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
+    )
+    """Labels of the Prometheus pods the arms' NetworkPolicy admits."""
+    operator_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "specdecode-operator"}
+    )
+    """Labels of the operator's own pods, which the arms' NetworkPolicy admits."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
+        """Settings from `SPECDECODE_*` variables."""
+        env = dict(os.environ if env is None else env)
+        default = cls()
+
+        def get(key: str, fallback: str) -> str:
+            return env.get(f"SPECDECODE_{key}", fallback)
+
+        prom_labels = get("PROMETHEUS_POD_LABELS", "")
+        operator_labels = get("OPERATOR_POD_LABELS", "")
+        return cls(
+            operator_image=get("OPERATOR_IMAGE", default.operator_image),
+            image_pull_policy=get("IMAGE_PULL_POLICY", default.image_pull_policy),
+            prometheus_url=get("PROMETHEUS_URL", "") or None,
+            interval=float(get("INTERVAL", str(default.interval))),
+            unschedulable_grace=float(get("UNSCHEDULABLE_GRACE", str(default.unschedulable_grace))),
+            analysis_grace=float(get("ANALYSIS_GRACE", str(default.analysis_grace))),
+            prom_experiment_label=get("PROM_EXPERIMENT_LABEL", default.prom_experiment_label),
+            prom_arm_label=get("PROM_ARM_LABEL", default.prom_arm_label),
+            prom_namespace_label=get("PROM_NAMESPACE_LABEL", default.prom_namespace_label),
+            prom_pod_label=get("PROM_POD_LABEL", default.prom_pod_label),
+            prometheus_pod_labels=_parse_labels(prom_labels)
+            if prom_labels
+            else default.prometheus_pod_labels,
+            operator_pod_labels=_parse_labels(operator_labels)
+            if operator_labels
+            else default.operator_pod_labels,
+        )
+
+    @property
+    def render(self) -> manifests.Settings:
+        """What the manifest builders need."""
+        return manifests.Settings(
+            operator_image=self.operator_image,
+            image_pull_policy=self.image_pull_policy,
+            prometheus_pod_labels=self.prometheus_pod_labels,
+            operator_pod_labels=self.operator_pod_labels,
+        )
+
+    @property
+    def timing(self) -> reconcile.Timing:
+        """What the decision function needs."""
+        return reconcile.Timing(
+            unschedulable_grace=timedelta(seconds=self.unschedulable_grace),
+            analysis_grace=timedelta(seconds=self.analysis_grace),
+        )
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
+    return {key.strip(): value.strip() for key, value in pairs}

@@ -1,0 +1,451 @@
+"""The children of an experiment, as plain dicts from pure `build_*` functions.
+
+Invariants (tested):
+- the two arms' pod specs differ only in `--speculative-config '<json>'` and
+  `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+- every name derives deterministically from the experiment's name (`<exp>-control`, `<exp>-treatment`,
+  `<exp>-load`, ...), so a restarted operator finds what it created (idempotence by name);
+- owner references are not set here: the controller adopts each child (`kopf.adopt`) before creating it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from specdecode.experiment import spec
+
+PORT = 8000
+MANAGED_BY = "specdecode-operator"
+LABEL_EXPERIMENT = "specdecode.io/experiment"
+LABEL_ARM = "specdecode.io/arm"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+EXPERIMENT_FILE = "experiment.yaml"
+SPEC_MOUNT = "/etc/specdecode"
+DATASET_MOUNT = "/etc/specdecode/dataset"
+API_KEY_ENV = "SPECDECODE_API_KEY"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Deterministic names of every child of one experiment."""
+
+    experiment: str
+
+    def arm(self, arm: spec.Arm) -> str:
+        """Deployment and Service of an arm."""
+        return f"{self.experiment}-{arm.value}"
+
+    @property
+    def load_job(self) -> str:
+        """The load Job, its ServiceAccount, Role and RoleBinding."""
+        return f"{self.experiment}-load"
+
+    @property
+    def spec_config_map(self) -> str:
+        """The experiment document the load Job reads."""
+        return f"{self.experiment}-spec"
+
+    @property
+    def results_prefix(self) -> str:
+        """Prefix of the ConfigMaps the load Job writes its results into (`<prefix>-<n>`)."""
+        return f"{self.experiment}-results"
+
+    @property
+    def network_policy(self) -> str:
+        """The policy that admits only the load Job, Prometheus and the operator to the arms."""
+        return f"{self.experiment}-arms"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What rendering needs from the operator's own configuration."""
+
+    operator_image: str = "ghcr.io/specdecode/specdecode-operator:0.1.0"
+    """The one image of the operator, the load Job and the simulator."""
+    prometheus_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
+    )
+    """Pods (any namespace) allowed to scrape the arms."""
+    operator_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": MANAGED_BY}
+    )
+    """Pods (any namespace) of the operator, allowed to probe the arms."""
+    image_pull_policy: str = "IfNotPresent"
+    """Pull policy of the operator's image in the load Job and simulator arms."""
+
+
+def labels(experiment: str, *, arm: spec.Arm | None = None, component: str) -> dict[str, str]:
+    """The labels of design.md §2, plus a component."""
+    result = {LABEL_EXPERIMENT: experiment, LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: component}
+    if arm is not None:
+        result[LABEL_ARM] = arm.value
+    return result
+
+
+def selector(experiment: str, arm: spec.Arm) -> dict[str, str]:
+    """The labels that select one arm's pods (also used to find them in Prometheus)."""
+    return {LABEL_EXPERIMENT: experiment, LABEL_ARM: arm.value}
+
+
+# -------------------------------------------------------------------------------- command lines
+
+
+def speculative_config(sp: spec.SpeculativeSpec) -> dict[str, Any]:
+    """The `--speculative-config` object, with vLLM's snake_case keys."""
+    config: dict[str, Any] = {"method": sp.method.value}
+    optional = {
+        "model": sp.model,
+        "num_speculative_tokens": sp.num_speculative_tokens,
+        "draft_tensor_parallel_size": sp.draft_tensor_parallel_size,
+        "prompt_lookup_min": sp.prompt_lookup_min,
+        "prompt_lookup_max": sp.prompt_lookup_max,
+    }
+    config.update({key: value for key, value in optional.items() if value is not None})
+    config.update({key.replace("-", "_"): value for key, value in sp.extra.items()})
+    return config
+
+
+def speculative_config_json(sp: spec.SpeculativeSpec) -> str:
+    """The JSON argument, compact (one argv element; no shell quoting involved)."""
+    return json.dumps(speculative_config(sp), separators=(",", ":"))
+
+
+def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
+    """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags."""
+    engine = s.engine
+    program = ["specdecode", "sim"] if engine.simulator is not None else ["vllm", "serve"]
+    argv = [
+        *program,
+        s.model,
+        "--served-model-name",
+        s.served_name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+        "--seed",
+        str(engine.seed),
+        "--enable-prefix-caching" if engine.prefix_caching else "--disable-prefix-caching",
+        "--generation-config",
+        "vllm",
+    ]
+    if s.model_revision:
+        argv += ["--revision", s.model_revision]
+    argv += engine.args
+    if engine.simulator is not None:
+        argv += ["--profile", engine.simulator.profile]
+        for key, value in engine.simulator.overrides().items():
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    if arm is spec.Arm.TREATMENT:
+        argv += [
+            "--speculative-config",
+            speculative_config_json(s.speculative),
+            "--per-request-spec-decode-metrics",
+            "summary",
+        ]
+    return argv
+
+
+# ------------------------------------------------------------------------------------ the arms
+
+
+def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings: Settings) -> dict[str, Any]:
+    """One arm's Deployment: one replica, recreated (never two GPU pods at once)."""
+    names = Names(name)
+    engine = s.engine
+    simulated = engine.simulator is not None
+    argv = serve_args(s, arm)
+    env: list[dict[str, Any]] = [e.model_dump(by_alias=True, exclude_none=True) for e in engine.env]
+    if engine.api_key_secret is not None:
+        # vLLM reads VLLM_API_KEY when --api-key is absent: the key never appears in the pod's argv.
+        env.append(
+            {
+                "name": "VLLM_API_KEY",
+                "valueFrom": {
+                    "secretKeyRef": {"name": engine.api_key_secret.name, "key": engine.api_key_secret.key}
+                },
+            }
+        )
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    # Model download and loading can take most of the deploy deadline; the startup probe waits for it.
+    startup_failures = max(30, int(s.deadlines.deploy_seconds // 10))
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": settings.operator_image if simulated else engine.image,
+        "imagePullPolicy": settings.image_pull_policy if simulated else "IfNotPresent",
+        "command": argv[:2],
+        "args": argv[2:],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": engine.resources.model_dump(by_alias=True, exclude_none=True),
+        "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": startup_failures},
+        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
+        "securityContext": _container_security(non_root=simulated),
+    }
+    volumes: list[dict[str, Any]] = []
+    if not simulated:
+        # vLLM's workers share tensors through /dev/shm; the default 64 MiB breaks tensor parallelism.
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    pod_labels = labels(name, arm=arm, component="engine")
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        # A Service named `vllm` would inject VLLM_PORT=tcp://..., which vLLM refuses (reference §2).
+        "enableServiceLinks": False,
+        "nodeSelector": dict(engine.node_selector),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
+        "securityContext": {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            **({"runAsNonRoot": True} if simulated else {}),
+        },
+        "terminationGracePeriodSeconds": 30,
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": names.arm(arm), "labels": pod_labels},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector(name, arm)},
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:
+    """The arm's ClusterIP Service, which the load Job reaches it through."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": Names(name).arm(arm), "labels": labels(name, arm=arm, component="engine")},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(name, arm),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def arm_url(name: str, arm: spec.Arm) -> str:
+    """The URL of an arm's Service, from inside the namespace."""
+    return f"http://{Names(name).arm(arm)}:{PORT}"
+
+
+def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
+    """Only the load Job, Prometheus and the operator may talk to the arms."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": Names(name).network_policy, "labels": labels(name, component="engine")},
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "load"}}},
+                        {
+                            "namespaceSelector": {},
+                            "podSelector": {"matchLabels": dict(settings.prometheus_pod_labels)},
+                        },
+                        {
+                            "namespaceSelector": {},
+                            "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
+                        },
+                    ],
+                    "ports": [{"protocol": "TCP", "port": PORT}],
+                }
+            ],
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------- the load
+
+
+def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]:
+    """The experiment document, mounted into the load Job (it plans the same stages as the operator)."""
+    minimal = {
+        "apiVersion": document.get("apiVersion"),
+        "kind": document.get("kind"),
+        "metadata": {"name": name},
+        "spec": document["spec"],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": Names(name).spec_config_map, "labels": labels(name, component="load")},
+        "data": {EXPERIMENT_FILE: yaml.safe_dump(minimal, sort_keys=False)},
+    }
+
+
+def build_load_job(
+    name: str,
+    s: spec.ExperimentSpec,
+    settings: Settings,
+    *,
+    owner_uid: str = "",
+    generation: int | None = None,
+) -> dict[str, Any]:
+    """The Job that sends the same prompts on the same schedule to both arms and stores the results.
+
+    The result ConfigMaps it writes are owned by the experiment (`owner_uid`) and labelled with the
+    spec `generation` they measured.
+    """
+    names = Names(name)
+    argv = [
+        "specdecode",
+        "loadgen",
+        "--experiment",
+        f"{SPEC_MOUNT}/{EXPERIMENT_FILE}",
+        "--control-url",
+        arm_url(name, spec.Arm.CONTROL),
+        "--treatment-url",
+        arm_url(name, spec.Arm.TREATMENT),
+        "--out",
+        "/results",
+        "--results-configmap",
+        names.results_prefix,
+        "--scrape-metrics",
+    ]
+    if owner_uid:
+        argv += ["--owner-uid", owner_uid]
+    if generation is not None:
+        argv += ["--generation", str(generation)]
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    if s.engine.api_key_secret is not None:
+        argv += ["--api-key-env", API_KEY_ENV]
+        env.append(
+            {
+                "name": API_KEY_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {"name": s.engine.api_key_secret.name, "key": s.engine.api_key_secret.key}
+                },
+            }
+        )
+    mounts = [
+        {"name": "experiment", "mountPath": SPEC_MOUNT, "readOnly": True},
+        {"name": "results", "mountPath": "/results"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "experiment", "configMap": {"name": names.spec_config_map}},
+        {"name": "results", "emptyDir": {}},
+    ]
+    dataset = s.workload.dataset
+    if isinstance(dataset, spec.JsonlDataset) and dataset.config_map is not None:
+        ref = dataset.config_map
+        mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
+        volumes.append(
+            {
+                "name": "dataset",
+                "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": "prompts.jsonl"}]},
+            }
+        )
+        argv += ["--dataset-file", f"{DATASET_MOUNT}/prompts.jsonl"]
+    job_labels = labels(name, component="load")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": names.load_job, "labels": job_labels},
+        "spec": {
+            # A retried load would measure twice and mix the results: one attempt, a failure is final.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": int(s.deadlines.run_seconds),
+            "template": {
+                "metadata": {"labels": job_labels},
+                "spec": {
+                    "serviceAccountName": names.load_job,
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [
+                        {
+                            "name": "loadgen",
+                            "image": settings.operator_image,
+                            "imagePullPolicy": settings.image_pull_policy,
+                            "command": argv[:2],
+                            "args": argv[2:],
+                            "env": env,
+                            "volumeMounts": mounts,
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "512Mi"},
+                                "limits": {"memory": "2Gi"},
+                            },
+                            "securityContext": _container_security(non_root=True),
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def build_load_rbac(name: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding that let the load Job write its result ConfigMaps, nothing else."""
+    names = Names(name)
+    meta = {"name": names.load_job, "labels": labels(name, component="load")}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": dict(meta),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["create", "get", "update", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.load_job},
+            "subjects": [{"kind": "ServiceAccount", "name": names.load_job}],
+        },
+    ]
+
+
+def build_all(
+    name: str, document: dict[str, Any], s: spec.ExperimentSpec, settings: Settings
+) -> list[dict[str, Any]]:
+    """Every child, in creation order (arms first: they take longest to become Ready)."""
+    return [
+        build_deployment(name, s, spec.Arm.CONTROL, settings),
+        build_deployment(name, s, spec.Arm.TREATMENT, settings),
+        build_service(name, spec.Arm.CONTROL),
+        build_service(name, spec.Arm.TREATMENT),
+        build_network_policy(name, settings),
+        build_spec_config_map(name, document),
+        *build_load_rbac(name),
+    ]
+
+
+def _container_security(*, non_root: bool) -> dict[str, Any]:
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if non_root:
+        context["runAsNonRoot"] = True
+    return context

@@ -1,0 +1,518 @@
+"""The operator's decision function: observed world + current status -> new status + actions.
+
+`decide()` is pure (style.md §5): the kopf timer observes the children, calls it, applies the
+actions, and patches status once. Everything the operator knows lives in `.status` and in the
+children, so a restarted operator resumes where it was.
+
+Phases (design.md §3)::
+
+    Pending --(valid; stale children gone)--> Deploying --(both arms Ready)--> Running
+    Running --(load Job succeeded)--> Analyzing --(results judged)--> Completed (verdict)
+    any active phase --(invalid spec, pod failure, Job failure, deadline, no data)--> Failed (reason)
+
+A spec change (new `metadata.generation`) restarts the experiment: children built for another
+generation are deleted, status is reset, and the measurement starts again. A verdict is bound to
+the generation it was computed for (`observedGeneration` on status and on every condition).
+
+Infrastructure failures end in `Failed` with a reason, never in a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from specdecode.experiment import spec, status
+from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
+
+# Container waiting reasons that will not fix themselves; the experiment fails at once.
+FATAL_WAITING = {
+    "ImagePullBackOff": "the image cannot be pulled; check spec.engine.image and the pull secret",
+    "ErrImageNeverPull": "the image is not on the node and imagePullPolicy is Never",
+    "InvalidImageName": "spec.engine.image is not a valid image reference",
+    "CreateContainerConfigError": "the container's configuration is broken (a missing Secret or ConfigMap?)",
+    "CreateContainerError": "the container could not be created",
+    "CrashLoopBackOff": "the engine keeps crashing; read its log",
+}
+
+
+class Action(StrEnum):
+    """What the shell must do this tick, in order, before persisting the status."""
+
+    DELETE_STALE = "DeleteStale"
+    """Delete children built for another generation (a spec change restarts the experiment)."""
+    CREATE_ARMS = "CreateArms"
+    """Create-if-absent both arms and their Services, NetworkPolicy and the load Job's RBAC."""
+    CREATE_LOAD = "CreateLoad"
+    """Create-if-absent the load Job."""
+    CLEANUP_ARMS = "CleanupArms"
+    """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What matters about one pod for failure detection."""
+
+    name: str
+    phase: str = "Pending"
+    node: str | None = None
+    ready: bool = False
+    unschedulable: str | None = None
+    """The scheduler's message while PodScheduled is False with reason Unschedulable."""
+    unschedulable_since: datetime | None = None
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    last_terminated_reason: str | None = None
+    last_exit_code: int | None = None
+    restarts: int = 0
+    image_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ArmState:
+    """One arm's Deployment and pods."""
+
+    exists: bool = False
+    ready_replicas: int = 0
+    pods: tuple[PodState, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        """At least one replica passes its readiness probe."""
+        return self.exists and self.ready_replicas >= 1
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The load Job."""
+
+    exists: bool = False
+    succeeded: bool = False
+    failed: bool = False
+    reason: str | None = None
+    message: str | None = None
+    pod: PodState | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict module's answer, ready to merge into status."""
+
+    verdict: Verdict
+    reason: str
+    message: str
+    stages: list[status.StageResult] = field(default_factory=list)
+    recommendation: status.Recommendation | None = None
+    speedup_summary: str | None = None
+    validity: dict[str, object] | None = None
+    environment: status.Environment | None = None
+    results_ref: status.ResultsRef | None = None
+
+
+@dataclass(frozen=True)
+class CollectFailure:
+    """Results could not be collected or judged."""
+
+    reason: str
+    message: str
+    transient: bool = False
+    """Worth retrying until the analysis grace period is over (e.g. Prometheus unreachable)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the shell saw this tick."""
+
+    arms: dict[spec.Arm, ArmState] = field(default_factory=dict)
+    job: JobState = field(default_factory=JobState)
+    stale_children: tuple[str, ...] = ()
+    """Children labelled with another generation than the current one."""
+    any_children: bool = False
+    """Whether any arm Deployment or the load Job still exists (for cleanup and restarts)."""
+    analysis: Judgement | CollectFailure | None = None
+    """Only in Analyzing: the collected and judged results."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Operator settings that shape decisions."""
+
+    unschedulable_grace: timedelta = timedelta(seconds=60)
+    """How long a pod may stay Unschedulable (a cluster autoscaler may add a GPU node)."""
+    analysis_grace: timedelta = timedelta(minutes=5)
+    """How long transient collection failures (Prometheus down) are retried before Failed."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post (phase transitions and the verdict only)."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The new status, and what to do before persisting it."""
+
+    status: ExperimentStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The experiment being reconciled."""
+
+    name: str
+    generation: int
+    spec: spec.ExperimentSpec | None
+    """None when the spec is invalid (then `problems` says why)."""
+    problems: Sequence[str] = ()
+
+
+def needs_reconcile(current: ExperimentStatus, generation: int) -> bool:
+    """Whether the timer has work: an active phase, or a spec change since the status was written."""
+    return current.observed_generation != generation or current.phase.is_active
+
+
+def decide(
+    subject: Subject,
+    current: ExperimentStatus,
+    observed: Observed,
+    now: datetime,
+    timing: Timing | None = None,
+) -> Decision:
+    """The next status of an experiment, and the actions that lead there."""
+    timing = timing or Timing()
+    if current.observed_generation != subject.generation:
+        return _restart(subject, observed, now)
+    if current.phase.is_terminal:
+        return _terminal(subject, current, observed)
+    if subject.spec is None:
+        return _fail(
+            current, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid"
+        )
+    if current.phase is Phase.PENDING:
+        if observed.stale_children:
+            return Decision(current, [Action.DELETE_STALE])
+        return _enter(
+            current, subject, Phase.DEPLOYING, now, "Deploying", "creating both arms", [Action.CREATE_ARMS]
+        )
+    if current.phase is Phase.DEPLOYING:
+        return _deploying(subject, subject.spec, current, observed, now, timing)
+    if current.phase is Phase.RUNNING:
+        return _running(subject, subject.spec, current, observed, now, timing)
+    return _analyzing(subject, current, observed, now, timing)
+
+
+# ----------------------------------------------------------------------------------------- phases
+
+
+def _restart(subject: Subject, observed: Observed, now: datetime) -> Decision:
+    fresh = ExperimentStatus(
+        observed_generation=subject.generation, phase=Phase.PENDING, phase_started_at=_ts(now)
+    )
+    if subject.spec is None:
+        return _fail(fresh, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid")
+    fresh = fresh.model_copy(update={"reason": "Accepted", "message": "waiting to deploy"})
+    fresh = _with_conditions(fresh, subject.generation, now)
+    actions = [Action.DELETE_STALE] if observed.stale_children else []
+    return Decision(
+        fresh, actions, [Event("Normal", "Accepted", f"generation {subject.generation}: starting")]
+    )
+
+
+def _deploying(
+    subject: Subject,
+    s: spec.ExperimentSpec,
+    current: ExperimentStatus,
+    observed: Observed,
+    now: datetime,
+    timing: Timing,
+) -> Decision:
+    arms = status.Arms(
+        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
+        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
+    )
+    current = current.model_copy(update={"arms": arms})
+    failure = _pod_failure(observed, now, timing)
+    if failure is not None:
+        return _fail(current, subject, now, *failure, observed)
+    if all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm):
+        environment = _environment(s, observed)
+        entered = _enter(
+            current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
+            subject,
+            Phase.RUNNING,
+            now,
+            "LoadStarted",
+            f"both arms Ready; running {len(s.workload.stages)} stages",
+            [Action.CREATE_LOAD],
+        )
+        return entered
+    if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
+        waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
+        return _fail(
+            current,
+            subject,
+            now,
+            "DeployDeadlineExceeded",
+            f"{' and '.join(waiting)} not Ready within spec.deadlines.deploy ({s.deadlines.deploy}); "
+            "check the pods' events and logs, or raise the deadline for large models",
+            observed,
+        )
+    return Decision(current, [Action.CREATE_ARMS])
+
+
+def _running(
+    subject: Subject,
+    s: spec.ExperimentSpec,
+    current: ExperimentStatus,
+    observed: Observed,
+    now: datetime,
+    timing: Timing,
+) -> Decision:
+    failure = _pod_failure(observed, now, timing, restarts_fail=True)
+    if failure is not None:
+        return _fail(current, subject, now, *failure, observed)
+    job = observed.job
+    if job.failed:
+        detail = job.message or job.reason or "the load Job failed"
+        if job.pod is not None and job.pod.last_terminated_reason:
+            detail += f" (load pod: {job.pod.last_terminated_reason}, exit {job.pod.last_exit_code})"
+        return _fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed)
+    if job.succeeded:
+        return _enter(
+            current, subject, Phase.ANALYZING, now, "LoadFinished", "collecting and judging results", []
+        )
+    if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
+        return _fail(
+            current,
+            subject,
+            now,
+            "RunDeadlineExceeded",
+            f"the load did not finish within spec.deadlines.run ({s.deadlines.run}); "
+            "lower requestsPerStage or raise the deadline",
+            observed,
+        )
+    return Decision(current, [Action.CREATE_LOAD])
+
+
+def _analyzing(
+    subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime, timing: Timing
+) -> Decision:
+    outcome = observed.analysis
+    if outcome is None:
+        return Decision(current)
+    if isinstance(outcome, CollectFailure):
+        if outcome.transient and _elapsed(current, now) <= timing.analysis_grace:
+            waiting = current.model_copy(
+                update={"reason": outcome.reason, "message": f"retrying: {outcome.message}"}
+            )
+            return Decision(waiting)
+        return _fail(current, subject, now, outcome.reason, outcome.message, observed)
+    done = current.model_copy(
+        update={
+            "phase": Phase.COMPLETED,
+            "verdict": outcome.verdict,
+            "reason": outcome.reason,
+            "message": outcome.message,
+            "stages": outcome.stages,
+            "recommendation": outcome.recommendation,
+            "speedup_summary": outcome.speedup_summary,
+            "validity": outcome.validity,
+            "environment": outcome.environment or current.environment,
+            "results_ref": outcome.results_ref,
+            "completed_at": _ts(now),
+            "phase_started_at": _ts(now),
+        }
+    )
+    done = _with_conditions(done, subject.generation, now, previous=current)
+    kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
+    event = Event(
+        kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {outcome.message}"
+    )
+    return Decision(done, _cleanup_actions(subject, done, observed), [event])
+
+
+def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed) -> Decision:
+    return Decision(current, _cleanup_actions(subject, current, observed))
+
+
+def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Observed) -> list[Action]:
+    if subject.spec is None or not any(a.exists for a in observed.arms.values()):
+        return []
+    policy = subject.spec.cleanup
+    if policy is spec.Cleanup.ALWAYS or (
+        policy is spec.Cleanup.ON_SUCCESS and current.phase is Phase.COMPLETED
+    ):
+        return [Action.CLEANUP_ARMS]
+    return []
+
+
+# ----------------------------------------------------------------------------------- failures
+
+
+def _pod_failure(
+    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False
+) -> tuple[str, str] | None:
+    """(reason, message) of the first arm pod that cannot or did not run, or None."""
+    for arm in spec.Arm:
+        for pod in observed.arms.get(arm, ArmState()).pods:
+            where = f"{arm.value} arm (pod {pod.name})"
+            if pod.last_terminated_reason == "OOMKilled":
+                return (
+                    "OOMKilled",
+                    f"{where} ran out of memory; raise spec.engine.resources or lower --max-model-len",
+                )
+            if pod.waiting_reason in FATAL_WAITING:
+                detail = f": {pod.waiting_message}" if pod.waiting_message else ""
+                exit_info = (
+                    f" (last exit {pod.last_exit_code}, {pod.last_terminated_reason})"
+                    if pod.last_exit_code is not None
+                    else ""
+                )
+                message = f"{where}: {FATAL_WAITING[pod.waiting_reason]}{exit_info}{detail}"
+                return pod.waiting_reason, message
+            stuck = (
+                pod.unschedulable_since is not None
+                and now - pod.unschedulable_since >= timing.unschedulable_grace
+            )
+            if pod.unschedulable and stuck:
+                return (
+                    "Unschedulable",
+                    f"{where} cannot be scheduled: {pod.unschedulable}; check spec.engine.resources, "
+                    "nodeSelector and tolerations against your GPU nodes",
+                )
+            if restarts_fail and pod.restarts > 0 and pod.last_terminated_reason:
+                return (
+                    "EngineRestarted",
+                    f"{where} restarted during the load ({pod.last_terminated_reason}, exit {pod.last_exit_code}); "
+                    "the measurement is void",
+                )
+            if pod.phase == "Failed":
+                return "PodFailed", f"{where} failed ({pod.last_terminated_reason or 'unknown reason'})"
+    return None
+
+
+# -------------------------------------------------------------------------------------- helpers
+
+
+def _enter(
+    current: ExperimentStatus,
+    subject: Subject,
+    phase: Phase,
+    now: datetime,
+    reason: str,
+    message: str,
+    actions: list[Action],
+) -> Decision:
+    moved = current.model_copy(
+        update={"phase": phase, "reason": reason, "message": message, "phase_started_at": _ts(now)}
+    )
+    moved = _with_conditions(moved, subject.generation, now, previous=current)
+    return Decision(moved, actions, [Event("Normal", reason, f"{phase.value}: {message}")])
+
+
+def _fail(
+    current: ExperimentStatus,
+    subject: Subject,
+    now: datetime,
+    reason: str,
+    message: str,
+    observed: Observed | None = None,
+) -> Decision:
+    failed = current.model_copy(
+        update={
+            "phase": Phase.FAILED,
+            "verdict": None,
+            "reason": reason,
+            "message": message,
+            "completed_at": _ts(now),
+            "phase_started_at": _ts(now),
+        }
+    )
+    failed = _with_conditions(failed, subject.generation, now, previous=current)
+    actions = _cleanup_actions(subject, failed, observed or Observed())
+    return Decision(failed, actions, [Event("Warning", reason, message)])
+
+
+def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
+    state = observed.arms.get(arm, ArmState())
+    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas)
+
+
+def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
+    pods = [pod for arm in spec.Arm for pod in observed.arms.get(arm, ArmState()).pods]
+    simulator = None
+    if s.engine.simulator is not None:
+        simulator = {"profile": s.engine.simulator.profile, **s.engine.simulator.overrides()}
+    return status.Environment(
+        image=s.engine.image if s.engine.simulator is None else None,
+        image_digest=next((p.image_id for p in pods if p.image_id), None),
+        nodes=sorted({p.node for p in pods if p.node}),
+        model_revision=s.model_revision or None,
+        draft_model=s.speculative.model or s.speculative.method.value,
+        simulator=simulator,
+    )
+
+
+def conditions_for(st: ExperimentStatus, generation: int) -> dict[str, tuple[str, str, str]]:
+    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted."""
+    reason = st.reason or st.phase.value
+    message = st.message or ""
+    active = st.phase.is_active
+    failed = st.phase is Phase.FAILED
+    completed = st.phase is Phase.COMPLETED
+    promoted = completed and st.verdict is Verdict.PROMOTE
+    verdict_reason = st.verdict.value if st.verdict is not None else reason
+    return {
+        "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
+        "Reconciling": (
+            "True" if active else "False",
+            reason if active else "Finished",
+            message if active else "",
+        ),
+        "Stalled": (
+            "True" if failed else "False",
+            reason if failed else "NotStalled",
+            message if failed else "",
+        ),
+        "Completed": ("True" if completed else "False", verdict_reason, message),
+        "Promoted": ("True" if promoted else "False", verdict_reason, message),
+    }
+
+
+def _with_conditions(
+    st: ExperimentStatus, generation: int, now: datetime, *, previous: ExperimentStatus | None = None
+) -> ExperimentStatus:
+    before = {c.type: c for c in (previous.conditions if previous else [])}
+    conditions = []
+    for kind, (value, reason, message) in conditions_for(st, generation).items():
+        old = before.get(kind)
+        changed = old is None or old.status != value
+        conditions.append(
+            Condition(
+                type=kind,
+                status=value,
+                reason=reason,
+                message=message,
+                observed_generation=generation,
+                last_transition_time=_ts(now) if changed or old is None else old.last_transition_time,
+            )
+        )
+    return st.model_copy(update={"conditions": conditions, "observed_generation": generation})
+
+
+def _elapsed(current: ExperimentStatus, now: datetime) -> timedelta:
+    if not current.phase_started_at:
+        return timedelta(0)
+    return now - datetime.fromisoformat(current.phase_started_at)
+
+
+def _ts(now: datetime) -> str:
+    return now.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,740 @@
+"""Validation of a SpecDecodeExperiment: every problem at once, each naming its field and the fix.
+
+Two layers, both pure:
+1. The typed models (`spec.py`) check types, enums and ranges; their errors are translated here into
+   one line per problem with the camelCase field path (`spec.speculative.promptLookupMin: ...`).
+2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM 0.33's
+   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8), the flags the operator owns,
+   cross-references between stages and `requireStages`, and names that must stay DNS labels.
+
+Each top-level section is parsed on its own as well, so a type error in `workload` does not hide a
+speculative-config problem: the user sees everything in one run.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from specdecode.experiment import simprofiles, spec
+
+# vLLM 0.33 SpeculativeConfig fields a user may set through `speculative.extra` (reference §1.2),
+# minus the ones that have a typed field of their own here and the engine-internal ones.
+SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
+    {
+        "enforce_eager",
+        "quantization",
+        "revision",
+        "code_revision",
+        "max_model_len",
+        "draft_load_config",
+        "moe_backend",
+        "attention_backend",
+        "kv_cache_dtype",
+        "index_share_for_mtp_iteration",
+        "disable_padded_drafter_batch",
+        "disable_eagle_block_drop",
+        "disable_lookahead_block_hashes",
+        "draft_lm_head_quantization",
+        "use_local_argmax_reduction",
+        "use_heterogeneous_vocab",
+        "parallel_drafting",
+        "num_speculative_tokens_per_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "rejection_sample_method",
+        "draft_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "fly_window_size",
+        "fly_entropy_threshold",
+        "fly_entropy_top_k",
+        "enable_adaptive_verification",
+        "dspark_draft_topk",
+        "xpress_topc",
+    }
+)
+
+# SpeculativeConfig keys that have a typed field: hint the user towards it.
+TYPED_SPECULATIVE_KEYS: dict[str, str] = {
+    "method": "speculative.method",
+    "model": "speculative.model",
+    "num_speculative_tokens": "speculative.numSpeculativeTokens",
+    "draft_tensor_parallel_size": "speculative.draftTensorParallelSize",
+    "prompt_lookup_min": "speculative.promptLookupMin",
+    "prompt_lookup_max": "speculative.promptLookupMax",
+}
+
+# Keys vLLM refuses with a specific message, or that are gone: the hint says what to use instead.
+SPECULATIVE_KEY_TRAPS: dict[str, str] = {
+    "tensor_parallel_size": "vLLM refuses it in the speculative config; use speculative.draftTensorParallelSize",
+    "disable_by_batch_size": "removed from vLLM; use num_speculative_tokens_per_batch_size, e.g. [[1, 32, 4], [33, 4096, 0]]",
+    "acceptance_method": "removed from vLLM; use rejection_sample_method (standard is lossless)",
+    "draft_model": "not a key; set speculative.model (and speculative.method: draft_model)",
+    "target_model_config": "set by vLLM itself; remove it",
+    "target_parallel_config": "set by vLLM itself; remove it",
+    "draft_model_config": "set by vLLM itself; remove it",
+    "draft_parallel_config": "set by vLLM itself; remove it",
+}
+
+# `vllm serve` flags the operator renders itself or that would break one arm (reference §1.5, §1.7, §2).
+OWNED_FLAGS: dict[str, str] = {
+    "--speculative-config": "the treatment's speculative config comes from spec.speculative",
+    "-sc": "the treatment's speculative config comes from spec.speculative",
+    "--spec-method": "set spec.speculative.method",
+    "--spec-model": "set spec.speculative.model",
+    "--spec-tokens": "set spec.speculative.numSpeculativeTokens",
+    "--host": "the operator binds each arm to 0.0.0.0",
+    "--port": "the operator serves each arm on port 8000",
+    "--uds": "the arms must listen on TCP port 8000",
+    "--per-request-spec-decode-metrics": "the operator sets it on the treatment only (vLLM refuses it on the control)",
+    "--disable-log-stats": "it removes the vllm:* metrics the experiment reads",
+    "--seed": "set spec.engine.seed",
+    "--served-model-name": "set spec.servedModelName",
+    "--enable-prefix-caching": "set spec.engine.prefixCaching",
+    "--disable-prefix-caching": "set spec.engine.prefixCaching",
+    "--no-enable-prefix-caching": "set spec.engine.prefixCaching",
+    "--generation-config": "the operator sets 'vllm' in both arms (a model's default min_p breaks speculation)",
+    "--api-key": "set spec.engine.apiKeySecret",
+    "--config": "a config file could carry a speculative config into one arm; put flags in spec.engine.args",
+    "--model": "set spec.model",
+    "--speculative-model": "removed from vLLM; use spec.speculative.model",
+    "--num-speculative-tokens": "removed from vLLM; use spec.speculative.numSpeculativeTokens",
+    "--speculative-draft-tensor-parallel-size": "removed from vLLM; use spec.speculative.draftTensorParallelSize",
+    "--speculative-max-model-len": "removed from vLLM; use speculative.extra.max_model_len",
+    "--speculative-disable-by-batch-size": "removed from vLLM; use speculative.extra.num_speculative_tokens_per_batch_size",
+    "--ngram-prompt-lookup-max": "removed from vLLM; use spec.speculative.promptLookupMax",
+    "--ngram-prompt-lookup-min": "removed from vLLM; use spec.speculative.promptLookupMin",
+    "--spec-decoding-acceptance-method": "removed from vLLM; use speculative.extra.rejection_sample_method",
+    "--speculative-disable-mqa-scorer": "removed from vLLM",
+    "--speculative-model-quantization": "removed from vLLM; use speculative.extra.quantization",
+    "--speculative-disable-log-stats": "removed from vLLM",
+}
+
+_TP_FLAGS = ("--tensor-parallel-size", "-tp")
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an experiment: where, what, and how to fix it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class InvalidSpecError(Exception):
+    """The experiment cannot run as written. `problems` holds every finding."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+# ------------------------------------------------------------------------------------ entry points
+
+
+def parse_experiment(document: Any, *, source: str = "") -> tuple[spec.ExperimentSpec, str]:
+    """Validate a whole resource (apiVersion, kind, metadata, spec); return the spec and the name.
+
+    Raises InvalidSpecError with every problem found.
+    """
+    problems = list(check_document(document))
+    if problems:
+        raise InvalidSpecError(problems)
+    assert isinstance(document, Mapping)
+    name = str(document["metadata"]["name"])
+    return spec.ExperimentSpec.model_validate(document["spec"]), name
+
+
+def check_document(document: Any) -> list[Problem]:
+    """Every problem of a whole resource, in document order."""
+    if not isinstance(document, Mapping):
+        return [
+            Problem("(document)", f"expected a mapping (a Kubernetes resource), got {_kind_of(document)}")
+        ]
+    problems: list[Problem] = []
+    api_version = document.get("apiVersion")
+    expected = f"{spec.API_GROUP}/{spec.API_VERSION}"
+    if api_version != expected:
+        problems.append(Problem("apiVersion", f"must be {expected!r}, got {api_version!r}"))
+    if document.get("kind") != spec.KIND:
+        problems.append(Problem("kind", f"must be {spec.KIND!r}, got {document.get('kind')!r}"))
+    metadata = document.get("metadata")
+    if not isinstance(metadata, Mapping):
+        problems.append(Problem("metadata", "is required, with at least a name"))
+    else:
+        problems.extend(check_name(metadata.get("name")))
+    unexpected = sorted(set(document) - {"apiVersion", "kind", "metadata", "spec", "status"})
+    for key in unexpected:
+        problems.append(Problem(key, "unknown top-level field; the experiment goes under spec"))
+    if "spec" not in document:
+        problems.append(Problem("spec", "is required"))
+    else:
+        problems.extend(check_spec(document["spec"]))
+    return problems
+
+
+def check_name(name: Any) -> list[Problem]:
+    """The experiment name must leave room for its children's names (`<name>-treatment`, ...)."""
+    if not isinstance(name, str) or not name:
+        return [Problem("metadata.name", "is required")]
+    problems = []
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"{name!r} must be a DNS-1035 label (lower-case letters, digits "
+                "and '-', starting with a letter), because the arms' Services are named after it",
+            )
+        )
+    if len(name) > spec.MAX_NAME_LENGTH:
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"is {len(name)} characters; at most {spec.MAX_NAME_LENGTH} "
+                f"so that '{name[:20]}...-treatment' stays a 63-character DNS label",
+            )
+        )
+    return problems
+
+
+def check_spec(raw: Any) -> list[Problem]:
+    """Every problem of `spec`, typed and semantic."""
+    if not isinstance(raw, Mapping):
+        return [Problem("spec", f"expected a mapping, got {_kind_of(raw)}")]
+    try:
+        parsed = spec.ExperimentSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = translate(exc, prefix="spec", model=spec.ExperimentSpec)
+        reported = {problem.path for problem in problems}
+        return problems + [p for p in _semantic_on_sections(raw) if not _overlaps(p.path, reported)]
+    return semantic_problems(parsed)
+
+
+def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
+    """The rules beyond types and ranges, on a fully parsed spec."""
+    return [
+        *check_engine(s.engine),
+        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args)),
+        *check_workload(s.workload),
+        *check_analysis(s.analysis, s.workload),
+        *check_gpus(s.engine),
+    ]
+
+
+def _semantic_on_sections(raw: Mapping[str, Any]) -> list[Problem]:
+    """Semantic rules of each section that parses on its own (the full parse failed elsewhere)."""
+    engine = _parse_section(spec.EngineSpec, raw.get("engine", {}))
+    speculative = _parse_section(spec.SpeculativeSpec, raw.get("speculative"))
+    workload = _parse_section(spec.WorkloadSpec, raw.get("workload"))
+    analysis = _parse_section(spec.AnalysisSpec, raw.get("analysis", {}))
+    problems: list[Problem] = []
+    if engine is not None:
+        problems += check_engine(engine) + check_gpus(engine)
+    if speculative is not None:
+        tp = target_tensor_parallel(engine.args) if engine is not None else None
+        problems += check_speculative(speculative, target_tp=tp)
+    if workload is not None:
+        problems += check_workload(workload)
+        if analysis is not None:
+            problems += check_analysis(analysis, workload)
+    return problems
+
+
+def _parse_section(model: type[_M], raw: Any) -> _M | None:
+    """Parse one section leniently: values that fail are dropped (their errors are already reported),
+    so the rest of the section still gets its semantic checks."""
+    if not isinstance(raw, Mapping):
+        return None
+    current: Any = copy.deepcopy(dict(raw))
+    for _ in range(50):
+        try:
+            return model.model_validate(current)
+        except ValidationError as exc:
+            dropped = [
+                _drop(current, [p for p in err["loc"] if not _is_union_tag(p)])
+                for err in exc.errors()
+                if err["type"] != "missing"
+            ]
+            if not any(dropped):
+                return None
+    return None
+
+
+def _drop(tree: Any, loc: Sequence[str | int]) -> bool:
+    """Delete the mapping key at `loc` (the failing value); False when there is none to delete."""
+    for part in loc[:-1]:
+        tree = _child(tree, part)
+        if tree is None:
+            return False
+    if loc and isinstance(tree, dict) and loc[-1] in tree:
+        del tree[loc[-1]]
+        return True
+    return False
+
+
+def _child(tree: Any, part: str | int) -> Any:
+    if isinstance(tree, Mapping):
+        return tree.get(part)
+    if isinstance(tree, list) and isinstance(part, int) and part < len(tree):
+        return tree[part]
+    return None
+
+
+def _overlaps(path: str, reported: set[str]) -> bool:
+    return any(
+        path == r or r.startswith(path + ".") or r.startswith(path + "[") or path.startswith(r + ".")
+        for r in reported
+    )
+
+
+# ------------------------------------------------------------------------------------- the rules
+
+
+def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> list[Problem]:
+    """vLLM 0.33's SpeculativeConfig rules that can be checked without the models' HF configs."""
+    path = "spec.speculative"
+    problems: list[Problem] = []
+    method = sp.method
+    if method.is_deprecated_mtp_alias:
+        problems.append(
+            Problem(
+                f"{path}.method",
+                f"{method.value!r} is deprecated in vLLM 0.33 and replaced by 'mtp'; write method: mtp",
+            )
+        )
+    if sp.num_speculative_tokens is None and not method.k_has_default:
+        problems.append(
+            Problem(
+                f"{path}.numSpeculativeTokens",
+                f"is required for method {method.value!r} "
+                "(vLLM: num_speculative_tokens must be provided); set it to k > 0, e.g. 4",
+            )
+        )
+    if method.needs_draft_model and not sp.model:
+        problems.append(
+            Problem(
+                f"{path}.model",
+                f"is required for method {method.value!r}: name the draft "
+                "model or head (vLLM: num_speculative_tokens was provided but without "
+                "speculative model)",
+            )
+        )
+    if (
+        method is spec.SpeculativeMethod.CUSTOM_CLASS
+        and sp.model
+        and ("." not in sp.model or "/" in sp.model)
+    ):
+        problems.append(
+            Problem(
+                f"{path}.model",
+                "custom_class needs a dotted import path of the proposer, e.g. my_module.MyProposer",
+            )
+        )
+    lookup_set = sp.prompt_lookup_min is not None or sp.prompt_lookup_max is not None
+    if lookup_set and not method.is_ngram:
+        field = "promptLookupMin" if sp.prompt_lookup_min is not None else "promptLookupMax"
+        problems.append(
+            Problem(f"{path}.{field}", f"only applies to ngram methods, not {method.value!r}; remove it")
+        )
+    if (
+        sp.prompt_lookup_min is not None
+        and sp.prompt_lookup_max is not None
+        and sp.prompt_lookup_min > sp.prompt_lookup_max
+    ):
+        problems.append(
+            Problem(
+                f"{path}.promptLookupMin",
+                f"must be <= promptLookupMax (vLLM: prompt_lookup_min="
+                f"{sp.prompt_lookup_min} must be <= prompt_lookup_max={sp.prompt_lookup_max})",
+            )
+        )
+    if sp.draft_tensor_parallel_size is not None:
+        allowed = {1, target_tp or 1}
+        if sp.draft_tensor_parallel_size not in allowed:
+            problems.append(
+                Problem(
+                    f"{path}.draftTensorParallelSize",
+                    f"must be 1 or the target's tensor parallel "
+                    f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}",
+                )
+            )
+    problems.extend(_check_extra(sp))
+    return problems
+
+
+def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
+    path = "spec.speculative.extra"
+    problems: list[Problem] = []
+    k = sp.num_speculative_tokens
+    for key in sp.extra:
+        normalized = key.replace("-", "_")
+        if normalized in SPECULATIVE_KEY_TRAPS:
+            problems.append(Problem(f"{path}.{key}", SPECULATIVE_KEY_TRAPS[normalized]))
+        elif normalized in TYPED_SPECULATIVE_KEYS:
+            problems.append(
+                Problem(f"{path}.{key}", f"has a typed field: set {TYPED_SPECULATIVE_KEYS[normalized]}")
+            )
+        elif normalized not in SPECULATIVE_EXTRA_KEYS:
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    "is not a vLLM 0.33 SpeculativeConfig field"
+                    + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS),
+                )
+            )
+    extra = {key.replace("-", "_"): value for key, value in sp.extra.items()}
+    method = sp.method.value
+    rejection = extra.get("rejection_sample_method", "standard")
+    if rejection not in ("standard", "synthetic", "block", "fly"):
+        problems.append(
+            Problem(
+                f"{path}.rejection_sample_method",
+                "must be one of standard, synthetic, block, fly (standard is lossless)",
+            )
+        )
+    if extra.get("draft_sample_method", "greedy") not in ("greedy", "probabilistic"):
+        problems.append(Problem(f"{path}.draft_sample_method", "must be greedy or probabilistic"))
+    rates, length = extra.get("synthetic_acceptance_rates"), extra.get("synthetic_acceptance_length")
+    if rejection == "synthetic":
+        if (rates is None) == (length is None):
+            problems.append(
+                Problem(
+                    f"{path}.rejection_sample_method",
+                    "synthetic needs exactly one of "
+                    "synthetic_acceptance_rates or synthetic_acceptance_length",
+                )
+            )
+        problems.extend(_check_synthetic(path, rates, length, k))
+    elif rates is not None or length is not None:
+        key = "synthetic_acceptance_rates" if rates is not None else "synthetic_acceptance_length"
+        problems.append(Problem(f"{path}.{key}", "is only valid with rejection_sample_method: synthetic"))
+    if rejection == "fly" and k is not None:
+        if k < 2:
+            problems.append(Problem("spec.speculative.numSpeculativeTokens", "FLy needs at least 2"))
+        window = extra.get("fly_window_size")
+        if isinstance(window, int) and window >= k:
+            problems.append(
+                Problem(f"{path}.fly_window_size", f"must be smaller than numSpeculativeTokens ({k})")
+            )
+    if extra.get("use_heterogeneous_vocab"):
+        if method != "draft_model":
+            problems.append(Problem(f"{path}.use_heterogeneous_vocab", "only works with method: draft_model"))
+        if extra.get("draft_sample_method") == "probabilistic":
+            problems.append(
+                Problem(
+                    f"{path}.use_heterogeneous_vocab",
+                    "only supports greedy draft sampling; remove draft_sample_method: probabilistic",
+                )
+            )
+    if extra.get("index_share_for_mtp_iteration") is not None and method != "mtp":
+        problems.append(
+            Problem(f"{path}.index_share_for_mtp_iteration", "is only supported with method: mtp")
+        )
+    if extra.get("draft_lm_head_quantization") is not None:
+        if method not in ("eagle", "eagle3", "mtp"):
+            problems.append(
+                Problem(
+                    f"{path}.draft_lm_head_quantization",
+                    f"is not supported for method {method!r} (only eagle, eagle3, mtp)",
+                )
+            )
+        elif extra["draft_lm_head_quantization"] not in ("fp8", "nvfp4"):
+            problems.append(Problem(f"{path}.draft_lm_head_quantization", "must be fp8 or nvfp4"))
+    if extra.get("enable_adaptive_verification") and method != "dspark":
+        problems.append(Problem(f"{path}.enable_adaptive_verification", "is dspark only"))
+    if "num_speculative_tokens_per_batch_size" in extra:
+        problems.extend(
+            check_batch_schedule(
+                extra["num_speculative_tokens_per_batch_size"],
+                path=f"{path}.num_speculative_tokens_per_batch_size",
+            )
+        )
+    return problems
+
+
+def _check_synthetic(path: str, rates: Any, length: Any, k: int | None) -> list[Problem]:
+    problems: list[Problem] = []
+    if rates is not None:
+        if not isinstance(rates, list) or not all(isinstance(r, int | float) for r in rates):
+            return [Problem(f"{path}.synthetic_acceptance_rates", "must be a list of numbers")]
+        if k is not None and len(rates) != k:
+            problems.append(Problem(f"{path}.synthetic_acceptance_rates", f"must have length k = {k}"))
+        if any(not 0 <= r <= 1 for r in rates):
+            problems.append(Problem(f"{path}.synthetic_acceptance_rates", "entries must be in [0, 1]"))
+        if any(b > a for a, b in itertools.pairwise(rates)):
+            problems.append(Problem(f"{path}.synthetic_acceptance_rates", "must be non-increasing"))
+    if length is not None:
+        if not isinstance(length, int | float):
+            problems.append(Problem(f"{path}.synthetic_acceptance_length", "must be a number"))
+        elif k is not None and not 1 <= length <= k + 1:
+            problems.append(
+                Problem(f"{path}.synthetic_acceptance_length", f"must be in [1, k+1] = [1, {k + 1}]")
+            )
+    return problems
+
+
+def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
+    """vLLM's `num_speculative_tokens_per_batch_size` rules (reference §1.6)."""
+    if not isinstance(schedule, list) or not schedule:
+        return [
+            Problem(
+                path, "must be a non-empty list of [start, end, k] entries, e.g. [[1, 32, 4], [33, 4096, 0]]"
+            )
+        ]
+    problems: list[Problem] = []
+    previous_end = 0
+    for i, entry in enumerate(schedule):
+        where = f"{path}[{i}]"
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, int) for v in entry)):
+            problems.append(Problem(where, "must be a list of three integers [start, end, k]"))
+            continue
+        start, end, k = entry
+        if start <= 0 or end <= 0 or start > end:
+            problems.append(Problem(where, "needs 0 < start <= end"))
+        if k < 0:
+            problems.append(Problem(where, "k must be >= 0 (0 turns speculation off for that range)"))
+        if i == 0 and start != 1:
+            problems.append(Problem(where, "the first range must start at 1"))
+        if start <= previous_end:
+            problems.append(Problem(where, f"overlaps the previous range (which ends at {previous_end})"))
+        previous_end = max(previous_end, end)
+    return problems
+
+
+def check_engine(engine: spec.EngineSpec) -> list[Problem]:
+    """Flags in `engine.args` that the operator owns, and simulator settings."""
+    problems: list[Problem] = []
+    for i, arg in enumerate(engine.args):
+        flag = owned_flag(arg)
+        if flag is not None:
+            problems.append(
+                Problem(
+                    f"spec.engine.args[{i}]",
+                    f"{arg!r} is owned by the operator: {OWNED_FLAGS[flag]}; remove it",
+                )
+            )
+    tp = target_tensor_parallel(engine.args)
+    if tp is not None and tp < 1:
+        problems.append(Problem("spec.engine.args", "--tensor-parallel-size must be a positive integer"))
+    names = [e.name for e in engine.env]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(Problem("spec.engine.env", f"{dup!r} is set more than once"))
+    if engine.simulator is not None and engine.simulator.profile not in simprofiles.PROFILES:
+        problems.append(
+            Problem(
+                "spec.engine.simulator.profile",
+                f"unknown profile {engine.simulator.profile!r}; "
+                f"known: {', '.join(sorted(simprofiles.PROFILES))}",
+            )
+        )
+    return problems
+
+
+def check_gpus(engine: spec.EngineSpec) -> list[Problem]:
+    """vLLM needs as many GPUs as its tensor parallel size."""
+    tp = target_tensor_parallel(engine.args)
+    if engine.simulator is not None or tp is None or tp < 1:
+        return []
+    gpus = engine.resources.limits.get("nvidia.com/gpu")
+    try:
+        count = int(gpus) if gpus is not None else None
+    except ValueError:
+        return [
+            Problem("spec.engine.resources.limits.nvidia.com/gpu", f"must be a whole number, got {gpus!r}")
+        ]
+    if count is not None and count < tp:
+        return [
+            Problem(
+                "spec.engine.resources.limits.nvidia.com/gpu",
+                f"is {count} but --tensor-parallel-size is {tp}; each arm needs at least {tp} GPUs",
+            )
+        ]
+    return []
+
+
+def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
+    """Stages: each exactly one of rate or concurrency; unique names."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for i, stage in enumerate(workload.stages):
+        where = f"spec.workload.stages[{i}]"
+        if (stage.rate is None) == (stage.concurrency is None):
+            problems.append(
+                Problem(
+                    where, "needs exactly one of rate (open loop, requests/s) or concurrency (closed loop)"
+                )
+            )
+        if stage.name in seen:
+            problems.append(
+                Problem(f"{where}.name", f"{stage.name!r} is used by an earlier stage; names must be unique")
+            )
+        seen.add(stage.name)
+    dataset = workload.dataset
+    if isinstance(dataset, spec.JsonlDataset) and (dataset.config_map is None) == (dataset.path is None):
+        problems.append(
+            Problem(
+                "spec.workload.dataset",
+                "a jsonl dataset needs exactly one of configMap (in a cluster) or path (local runs)",
+            )
+        )
+    if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
+        problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
+    return problems
+
+
+def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> list[Problem]:
+    """`requireStages` must name existing stages."""
+    if not isinstance(analysis.require_stages, list):
+        return []
+    names = [stage.name for stage in workload.stages]
+    return [
+        Problem(f"spec.analysis.requireStages[{i}]", f"{name!r} is not a stage" + _did_you_mean(name, names))
+        for i, name in enumerate(analysis.require_stages)
+        if name not in names
+    ]
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def owned_flag(arg: str) -> str | None:
+    """The operator-owned flag that `arg` sets, also spelled with `_`, `=value`, dotted or abbreviated."""
+    if not arg.startswith("-"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    if name in OWNED_FLAGS:
+        return name
+    if name.startswith("--speculative-config."):
+        return "--speculative-config"
+    if len(name) > 3 and name.startswith("--"):
+        # argparse accepts unambiguous prefixes (allow_abbrev), so `--spec-tok 3` sets --spec-tokens.
+        for owned in OWNED_FLAGS:
+            if owned.startswith(name) and owned != name:
+                return owned
+    return None
+
+
+def target_tensor_parallel(args: Sequence[str]) -> int | None:
+    """`--tensor-parallel-size`/`-tp` from the extra engine args; None when absent; 0 when garbled."""
+    for i, arg in enumerate(args):
+        name, _, inline = arg.partition("=")
+        if name.replace("_", "-") in _TP_FLAGS:
+            value = inline or (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return None
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _kind_of(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+# ------------------------------------------------------------------ pydantic errors -> field lines
+
+
+def translate(exc: ValidationError, *, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
+    """One Problem per pydantic error, with a camelCase path and a plain-language message."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = [part for part in error["loc"] if not _is_union_tag(part)]
+        path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+        problems.append(Problem(path, _message(error, model, loc)))
+    return _dedupe(problems)
+
+
+def _is_union_tag(part: str | int) -> bool:
+    # Discriminated unions insert the tag ('synthetic', 'jsonl', ...) into the location.
+    return isinstance(part, str) and part in {
+        "synthetic",
+        "jsonl",
+        "builtin",
+        "list[str]",
+        "literal['all','any']",
+    }
+
+
+def _message(error: Mapping[str, Any], model: type[BaseModel] | None, loc: Sequence[str | int]) -> str:
+    kind = error["type"]
+    given = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(model, loc[:-1])
+        hint = _did_you_mean(str(loc[-1]), allowed) if allowed else ""
+        listing = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        return f"unknown field{hint}{listing}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"{error['msg'].replace('Input should be', 'must be')} (got {given!r})"
+    if kind in ("enum", "literal_error"):
+        return f"{error['msg'].replace('Input should be', 'must be')} (got {given!r})"
+    if kind == "union_tag_invalid":
+        return f"type must be one of {ctx.get('expected_tags', 'synthetic, jsonl, builtin')} (got {ctx.get('tag')!r})"
+    if kind == "union_tag_not_found":
+        return "needs a type: synthetic, jsonl or builtin"
+    if kind == "string_pattern_mismatch":
+        return f"{given!r} does not match the expected format {ctx.get('pattern', '')}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return f"{error['msg']} (got {given!r})" if given is not None else str(error["msg"])
+
+
+def _allowed_fields(model: type[BaseModel] | None, loc: Sequence[str | int]) -> list[str]:
+    """The camelCase field names of the model at `loc`, for an 'unknown field' hint."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        fields = getattr(current, "model_fields", {})
+        match = next((f for name, f in fields.items() if (f.alias or name) == part), None)
+        if match is None:
+            return []
+        current = _inner_model(match.annotation)
+    if current is None or not hasattr(current, "model_fields"):
+        return []
+    return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        inner = _inner_model(arg)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for problem in problems:
+        key = (problem.path, problem.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(problem)
+    return out

@@ -1,0 +1,938 @@
+"""The verdict: paired statistics per stage, guardrails, output equivalence, the overall rule, a recommendation.
+
+Pure: numpy/scipy on `RequestRecord`s and `StageWindow`s (records.py) in, status models (status.py) out.
+Owns `status.stages`, `verdict`, `reason`, `message`, `speedupSummary` and `recommendation`.
+
+Speed-up (per stage, primary metric). Request i of a stage went to both arms with the same prompt at
+the same time, so the natural unit is the pair: d_i = log(control_i / treatment_i) for latencies
+(tpot, e2e, ttft), log(treatment_i / control_i) for throughput (output tokens / E2E of the request).
+The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-prompt heterogeneity
+(long prompts are slow in both arms) cancels in the ratio, the log makes it scale-free and symmetric
+(swapping the arms inverts it exactly), and heavy right tails are tamed. Its interval:
+- `analysis.sequential: true` (default): the always-valid confidence sequence of `sequential.py`,
+  at the configured confidence. The load generator may have stopped the stage early on the same
+  sequence (`stage_decided`), and the reported interval is valid whatever looks were taken.
+- `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
+  hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
+Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
+reported, not decisive: quantile ratios of a few hundred requests are too noisy to gate on (p99).
+
+Guardrails carry their own uncertainty. Each is Holds, Breached (its estimate is beyond the limit:
+a Pass is blocked, the stage is at best Inconclusive) or SurelyBreached (even the favourable
+confidence bound is beyond it: the stage Fails):
+| guardrail        | estimate                                   | interval                        |
+| ttftRegression   | p90(TTFT treatment) / p90(TTFT control) - 1 | paired bootstrap                |
+| errorRate        | treatment errors / treatment requests      | Clopper-Pearson                 |
+| outputMatch      | identical greedy outputs / pairs           | Clopper-Pearson; Breached fails |
+| acceptanceRate   | accepted / drafted tokens                  | Clopper-Pearson on token counts |
+Output mismatch under greedy sampling is critical: Breached already fails the stage, and anywhere it
+happens the experiment is rejected (the minOutputMatch tolerance is the allowance for numeric noise).
+Output match is not evaluated with temperature > 0.
+
+Stage rule: invalid measurement or too few pairs -> Inconclusive; a guardrail SurelyBreached (or
+output match Breached) -> Fail; speed-up upper bound < minSpeedup -> Fail; lower bound >= minSpeedup
+and no guardrail Breached -> Pass; otherwise Inconclusive.
+Overall (`requireStages`): an output mismatch anywhere -> Reject. `all` / a list: any required stage
+Fail -> Reject; all Pass -> Promote; else Inconclusive. `any`: one Pass -> Promote; all Fail -> Reject;
+else Inconclusive. Inconclusive is never promoted. No measured request at all, or a run marked
+invalid, is "could not measure": `verdict` None, the caller ends the experiment Failed.
+
+Validity block (from the load generator; assumed shape, tolerant of more keys):
+`{"valid": bool, "reasons": [str], "stages": {name: {"valid": bool, "reasons": [str]}}}`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from specdecode.experiment import sequential
+from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
+from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetric, Stage
+from specdecode.experiment.status import (
+    Acceptance,
+    ArmSummary,
+    ExperimentStatus,
+    GuardrailResult,
+    Phase,
+    QuantileSpeedup,
+    Recommendation,
+    Speedup,
+    StageResult,
+    StageVerdict,
+    Verdict,
+)
+
+FloatArray = npt.NDArray[np.float64]
+
+CONTROL = "control"
+TREATMENT = "treatment"
+
+#: fewest pairs for a fixed-horizon interval (the sequential one needs sequential.MIN_PAIRS)
+MIN_PAIRS_FIXED = 3
+#: bootstrap resamples for quantile ratios
+BOOTSTRAP_RESAMPLES = 2000
+#: quantiles compared between the arms
+TAIL_QUANTILES = (0.5, 0.9, 0.99)
+#: the largest absolute difference between acceptance-rate estimates that still counts as agreement
+ACCEPTANCE_TOLERANCE = 0.05
+#: the upper end of the last range of a batch-size schedule
+SCHEDULE_MAX_BATCH = 4096
+
+_LATENCY_FIELDS = {"tpot": "tpot_ms", "e2e": "e2e_ms", "ttft": "ttft_ms"}
+
+
+class Reason(StrEnum):
+    """CamelCase machine reasons of the overall verdict (status.reason)."""
+
+    SPEEDUP_CONFIRMED = "SpeedupConfirmed"
+    """Every required stage passed."""
+    SLOWER_THAN_REQUIRED = "SlowerThanRequired"
+    """A required stage is surely below minSpeedup."""
+    GUARDRAIL_FAILED = "GuardrailFailed"
+    """A guardrail surely failed at a required stage."""
+    OUTPUT_MISMATCH = "OutputMismatch"
+    """Greedy outputs of the treatment differ from the control's (critical, whatever the speed)."""
+    INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
+    """Neither confirmed nor refuted at a required stage."""
+    INVALID_MEASUREMENT = "InvalidMeasurement"
+    """The load generator marked the measurement untrustworthy."""
+    NO_DATA = "NoData"
+    """Nothing (or too little) was measured."""
+
+
+class Label(StrEnum):
+    """The outcome of one comparison (`compare`)."""
+
+    PASS = "Pass"
+    """The interval lies at or above the threshold."""
+    FAIL = "Fail"
+    """The interval lies below the threshold."""
+    INCONCLUSIVE = "Inconclusive"
+    """The interval straddles the threshold."""
+    NO_DATA = "NoData"
+    """Too few valid pairs to say anything."""
+
+
+class Outcome(StrEnum):
+    """What a guardrail decided."""
+
+    HOLDS = "Holds"
+    """The estimate is within the limit."""
+    BREACHED = "Breached"
+    """The estimate is beyond the limit: blocks a Pass."""
+    SURELY_BREACHED = "SurelyBreached"
+    """The favourable bound is beyond the limit: fails the stage."""
+    NOT_EVALUATED = "NotEvaluated"
+    """No data, or not applicable (e.g. output match with sampling)."""
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One paired comparison: the speed-up `effect` with its interval `ci`, and what it says."""
+
+    label: Label
+    effect: float | None
+    ci: tuple[float, float] | None
+    p_value: float | None
+    n: int
+    reason: str
+    method: str
+
+
+# --------------------------------------------------------------------------------------- comparison
+
+
+def log_ratios(
+    baseline: Sequence[float] | FloatArray,
+    candidate: Sequence[float] | FloatArray,
+    *,
+    higher_is_better: bool = False,
+) -> FloatArray:
+    """Per-pair log speed-ups; pairs where either value is missing, NaN, infinite or ≤ 0 are dropped."""
+    b = np.asarray(baseline, dtype=np.float64)
+    c = np.asarray(candidate, dtype=np.float64)
+    if b.shape != c.shape:
+        raise ValueError(f"paired samples differ in length: {b.shape} vs {c.shape}")
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    d: FloatArray = np.log(c[keep] / b[keep]) if higher_is_better else np.log(b[keep] / c[keep])
+    return d
+
+
+def compare(
+    baseline: Sequence[float] | FloatArray,
+    candidate: Sequence[float] | FloatArray,
+    *,
+    metric: str,
+    min_speedup: float,
+    confidence: float = 0.95,
+    sequential_ci: bool = True,
+    horizon: int | None = None,
+    higher_is_better: bool = False,
+) -> MetricVerdict:
+    """Speed-up of `candidate` (treatment) over `baseline` (control), pair by pair.
+
+    `baseline[i]` and `candidate[i]` are the same request in both arms. Latencies: speed-up is
+    baseline / candidate; with `higher_is_better` (throughput) candidate / baseline. `horizon` is
+    the most pairs the stage could have had (tunes the confidence sequence; default: len).
+    """
+    d = log_ratios(baseline, candidate, higher_is_better=higher_is_better)
+    n = int(d.size)
+    threshold = math.log(min_speedup)
+    method = "confidenceSequence" if sequential_ci else "pairedT"
+    need = sequential.MIN_PAIRS if sequential_ci else MIN_PAIRS_FIXED
+    if n == 0:
+        return MetricVerdict(Label.NO_DATA, None, None, None, 0, f"no valid {metric} pairs", method)
+    mean = float(np.mean(d))
+    if n < need:
+        return MetricVerdict(
+            Label.NO_DATA,
+            math.exp(mean),
+            None,
+            None,
+            n,
+            f"{n} valid {metric} pairs, fewer than {need}",
+            method,
+        )
+    if sequential_ci:
+        seq = sequential.confidence_sequence(d, confidence=confidence, horizon=max(horizon or n, n))
+        low, high = float(seq.low[-1]), float(seq.high[-1])
+        # The running intersection may (rarely) exclude today's mean; widening keeps it valid.
+        low, high = min(low, mean), max(high, mean)
+        p = sequential.anytime_p_value(
+            d, threshold=threshold, confidence=confidence, horizon=max(horizon or n, n)
+        )
+    else:
+        sd = float(np.std(d, ddof=1))
+        if sd == 0.0:
+            low = high = mean
+            p = 0.0 if mean > threshold else 1.0
+        else:
+            se = sd / math.sqrt(n)
+            crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
+            low, high = mean - crit * se, mean + crit * se
+            p = float(stats.t.sf((mean - threshold) / se, n - 1))
+    ci = (math.exp(low), math.exp(high))
+    if low >= threshold:
+        label, why = Label.PASS, f"lower bound {ci[0]:.3f} ≥ {min_speedup:g}"
+    elif high < threshold:
+        label, why = Label.FAIL, f"upper bound {ci[1]:.3f} < {min_speedup:g}"
+    else:
+        label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
+    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method)
+
+
+def quantile_speedups(
+    baseline: FloatArray,
+    candidate: FloatArray,
+    *,
+    metric: str,
+    confidence: float,
+    rng: np.random.Generator,
+    quantiles: Sequence[float] = TAIL_QUANTILES,
+    higher_is_better: bool = False,
+) -> list[QuantileSpeedup]:
+    """Quantile ratios (control quantile / treatment quantile for latencies) with paired-bootstrap intervals."""
+    b = np.asarray(baseline, dtype=np.float64)
+    c = np.asarray(candidate, dtype=np.float64)
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    b, c = b[keep], c[keep]
+    if b.size == 0:
+        return []
+    q = np.asarray(quantiles)
+    num, den = (c, b) if higher_is_better else (b, c)
+    estimate = np.quantile(num, q) / np.quantile(den, q)
+    out: list[QuantileSpeedup] = []
+    if b.size >= sequential.MIN_PAIRS:
+        idx = rng.integers(0, b.size, size=(BOOTSTRAP_RESAMPLES, b.size))
+        boot = np.quantile(num[idx], q, axis=1) / np.quantile(den[idx], q, axis=1)  # (len(q), B)
+        tail = (1.0 - confidence) / 2.0
+        lows, highs = np.quantile(boot, tail, axis=1), np.quantile(boot, 1.0 - tail, axis=1)
+    for i, qq in enumerate(quantiles):
+        item = QuantileSpeedup(metric=metric, quantile=qq, estimate=float(estimate[i]))
+        if b.size >= sequential.MIN_PAIRS:
+            item.ci_low, item.ci_high = float(lows[i]), float(highs[i])
+        out.append(item)
+    return out
+
+
+def proportion_interval(successes: int, trials: int, *, confidence: float) -> tuple[float, float]:
+    """Clopper-Pearson (exact) interval of a binomial proportion; (0, 1) with no trials."""
+    if trials <= 0:
+        return 0.0, 1.0
+    ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+# -------------------------------------------------------------------------------------------- pairing
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The records of one stage, split by arm and matched by index."""
+
+    control: dict[int, RequestRecord]
+    treatment: dict[int, RequestRecord]
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> Pairs:
+        """Index records by arm; warm-up excluded; the last record wins on a duplicate index."""
+        control: dict[int, RequestRecord] = {}
+        treatment: dict[int, RequestRecord] = {}
+        for r in records:
+            if r.warmup:
+                continue
+            if r.arm == CONTROL:
+                control[r.index] = r
+            elif r.arm == TREATMENT:
+                treatment[r.index] = r
+        return cls(control, treatment)
+
+    def both_ok(self) -> list[tuple[RequestRecord, RequestRecord]]:
+        """Pairs where both arms succeeded, in index order (a data-independent order)."""
+        return [
+            (self.control[i], self.treatment[i])
+            for i in sorted(self.control.keys() & self.treatment.keys())
+            if self.control[i].ok and self.treatment[i].ok
+        ]
+
+    def prefix(self) -> Pairs:
+        """Only the longest run of indices, from the first, that both arms have finished.
+
+        At a look during a stage, later requests may still be in flight; using only a complete
+        prefix keeps the order of observations independent of their values (slow pairs would
+        otherwise arrive late and bias early looks).
+        """
+        common = self.control.keys() & self.treatment.keys()
+        every = self.control.keys() | self.treatment.keys()
+        if not every:
+            return self
+        i = min(every)
+        keep: list[int] = []
+        while i in common:
+            keep.append(i)
+            i += 1
+        return Pairs({k: self.control[k] for k in keep}, {k: self.treatment[k] for k in keep})
+
+
+def metric_value(record: RequestRecord, metric: str) -> float:
+    """The per-request value of a metric (ms for latencies; tokens/s for throughput); NaN when undefined."""
+    if metric == PrimaryMetric.THROUGHPUT:
+        if record.completion_tokens is None or record.e2e_ms is None or record.e2e_ms <= 0:
+            return math.nan
+        return record.completion_tokens / (record.e2e_ms / 1000.0)
+    value = getattr(record, _LATENCY_FIELDS[metric])
+    return math.nan if value is None else float(value)
+
+
+def paired_values(
+    pairs: Sequence[tuple[RequestRecord, RequestRecord]], metric: str
+) -> tuple[FloatArray, FloatArray]:
+    """(control values, treatment values) of a metric over pairs."""
+    b = np.array([metric_value(c, metric) for c, _ in pairs], dtype=np.float64)
+    c = np.array([metric_value(t, metric) for _, t in pairs], dtype=np.float64)
+    return b, c
+
+
+# ---------------------------------------------------------------------------------------- summaries
+
+
+def _quantile(values: FloatArray, q: float) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(np.quantile(finite, q)) if finite.size else None
+
+
+def summarise_arm(records: Sequence[RequestRecord], window: StageWindow | None) -> ArmSummary:
+    """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s."""
+    ok = [r for r in records if r.ok]
+    summary = ArmSummary(requests=len(records), errors=len(records) - len(ok))
+    for name, attr in _LATENCY_FIELDS.items():
+        values = np.array(
+            [math.nan if getattr(r, attr) is None else getattr(r, attr) for r in ok], dtype=np.float64
+        )
+        for q, suffix in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            setattr(summary, f"{name}_{suffix}", _quantile(values, q))
+    tokens = sum(r.completion_tokens or 0 for r in ok)
+    if window is not None and window.end > window.start:
+        duration = window.end - window.start
+    else:
+        ends = [r.end for r in records if r.end is not None]
+        duration = (max(ends) - min(r.sent for r in records)) if ends else 0.0
+    if ok and duration > 0:
+        summary.output_tokens_per_second = tokens / duration
+    return summary
+
+
+# --------------------------------------------------------------------------------------- acceptance
+
+
+def acceptance(
+    treatment: Sequence[RequestRecord], server: ArmServerMetrics | None, *, k: int | None
+) -> Acceptance | None:
+    """Draft acceptance of one stage's treatment (see `acceptance_counts`)."""
+    return acceptance_counts(treatment, server, k=k)[0]
+
+
+def acceptance_counts(
+    treatment: Sequence[RequestRecord], server: ArmServerMetrics | None, *, k: int | None
+) -> tuple[Acceptance | None, tuple[int, int]]:
+    """Draft acceptance estimated up to three ways, the preferred one reported, agreement flagged.
+
+    perRequest: the server's per-request `speculative_decoding` summed over successful requests
+    (exactly this stage's measured requests; preferred). prometheus: the stage window's counter
+    deltas of `vllm:spec_decode_*`. clientProxy: tokens per SSE event after the first, an estimate
+    of the mean acceptance length (rate = (length - 1) / k); streams that coalesce steps inflate it.
+    Also returns (accepted, drafted) token counts behind the reported rate, for its interval.
+    """
+    rates: dict[str, float] = {}
+    lengths: dict[str, float] = {}
+    positions: dict[str, list[float]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+
+    accepted = drafted = steps = 0
+    histogram: list[int] = []
+    for r in treatment:
+        sd = r.spec_decode
+        if not r.ok or not sd:
+            continue
+        accepted += int(sd.get("num_accepted_draft_tokens") or 0)
+        drafted += int(sd.get("num_draft_tokens") or 0)
+        steps += int(sd.get("num_spec_steps") or 0)
+        hist = sd.get("acceptance_histogram") or []
+        if len(hist) > len(histogram):
+            histogram.extend([0] * (len(hist) - len(histogram)))
+        for j, count in enumerate(hist):
+            histogram[j] += int(count)
+        if k is None and sd.get("num_spec_tokens"):
+            k = int(sd["num_spec_tokens"])
+    if drafted > 0:
+        rates["perRequest"] = accepted / drafted
+        counts["perRequest"] = (accepted, drafted)
+    if steps > 0:
+        lengths["perRequest"] = 1.0 + accepted / steps
+    if histogram and sum(histogram) > 0:
+        total = sum(histogram)
+        positions["perRequest"] = [sum(histogram[j + 1 :]) / total for j in range(len(histogram) - 1)]
+
+    if server is not None and server.num_draft_tokens:
+        acc = server.num_accepted_tokens or 0.0
+        rates["prometheus"] = acc / server.num_draft_tokens
+        counts["prometheus"] = (round(acc), round(server.num_draft_tokens))
+        if server.num_drafts:
+            lengths["prometheus"] = 1.0 + acc / server.num_drafts
+            if server.accepted_per_position:
+                positions["prometheus"] = [p / server.num_drafts for p in server.accepted_per_position]
+
+    tokens = events = 0
+    for r in treatment:
+        if r.ok and len(r.events) >= 2:
+            tokens += r.events[-1][1] - r.events[0][1]
+            events += len(r.events) - 1
+    if events > 0:
+        lengths["clientProxy"] = tokens / events
+        if k:
+            rates["clientProxy"] = min(1.0, max(0.0, (lengths["clientProxy"] - 1.0) / k))
+
+    if not rates and not lengths:
+        return None, (0, 0)
+    source = next(
+        (s for s in ("perRequest", "prometheus", "clientProxy") if s in rates or s in lengths), None
+    )
+    result = Acceptance(source=source, sources=rates)
+    if source is not None:
+        result.rate = rates.get(source)
+        result.mean_length = lengths.get(source)
+        result.per_position = positions.get(source) or next(iter(positions.values()), [])
+    if len(rates) >= 2:
+        result.agreement = max(rates.values()) - min(rates.values()) <= ACCEPTANCE_TOLERANCE
+    return result, counts.get(source or "", (0, 0))
+
+
+# --------------------------------------------------------------------------------------- guardrails
+
+
+def _outcome(estimate: float, favourable: float, limit: float, *, upper_is_bad: bool) -> Outcome:
+    if upper_is_bad:
+        if favourable > limit:
+            return Outcome.SURELY_BREACHED
+        return Outcome.BREACHED if estimate > limit else Outcome.HOLDS
+    if favourable < limit:
+        return Outcome.SURELY_BREACHED
+    return Outcome.BREACHED if estimate < limit else Outcome.HOLDS
+
+
+def guardrails(
+    spec: ExperimentSpec,
+    pairs: Pairs,
+    acc: Acceptance | None,
+    *,
+    rng: np.random.Generator,
+    acc_counts: tuple[int, int] = (0, 0),
+) -> list[GuardrailResult]:
+    """Every configured guardrail of one stage, with its estimate, interval and outcome."""
+    g = spec.analysis.guardrails
+    conf = spec.analysis.confidence
+    out: list[GuardrailResult] = []
+    both = pairs.both_ok()
+
+    if g.max_ttft_regression is not None:
+        item = GuardrailResult(
+            name="ttftRegression", limit=g.max_ttft_regression, outcome=Outcome.NOT_EVALUATED
+        )
+        b, c = paired_values(both, "ttft")
+        tails = quantile_speedups(c, b, metric="ttft", confidence=conf, rng=rng, quantiles=(0.9,))
+        if tails and tails[0].estimate is not None:
+            t = tails[0]  # treatment p90 / control p90
+            item.estimate = (t.estimate or 0.0) - 1.0
+            if t.ci_low is not None and t.ci_high is not None:
+                item.ci_low, item.ci_high = t.ci_low - 1.0, t.ci_high - 1.0
+                item.outcome = _outcome(item.estimate, item.ci_low, g.max_ttft_regression, upper_is_bad=True)
+        out.append(item)
+
+    treated = list(pairs.treatment.values())
+    item = GuardrailResult(name="errorRate", limit=g.max_error_rate, outcome=Outcome.NOT_EVALUATED)
+    if treated:
+        errors = sum(not r.ok for r in treated)
+        low, high = proportion_interval(errors, len(treated), confidence=conf)
+        item.estimate, item.ci_low, item.ci_high = errors / len(treated), low, high
+        item.outcome = _outcome(item.estimate, low, g.max_error_rate, upper_is_bad=True)
+    out.append(item)
+
+    item = GuardrailResult(name="outputMatch", limit=g.min_output_match, outcome=Outcome.NOT_EVALUATED)
+    if spec.workload.sampling.temperature == 0.0:
+        compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
+        if compared:
+            same = sum(_text_key(c) == _text_key(t) for c, t in compared)
+            low, high = proportion_interval(same, len(compared), confidence=conf)
+            item.estimate, item.ci_low, item.ci_high = same / len(compared), low, high
+            item.outcome = _outcome(item.estimate, high, g.min_output_match, upper_is_bad=False)
+    out.append(item)
+
+    if g.min_acceptance_rate is not None:
+        item = GuardrailResult(
+            name="acceptanceRate", limit=g.min_acceptance_rate, outcome=Outcome.NOT_EVALUATED
+        )
+        if acc is not None and acc.rate is not None:
+            item.estimate = acc.rate
+            accepted, drafted = acc_counts
+            if drafted > 0:
+                item.ci_low, item.ci_high = proportion_interval(accepted, drafted, confidence=conf)
+                favourable = item.ci_high
+            else:
+                favourable = 1.0  # client proxy only: no interval, never "surely"
+            item.outcome = _outcome(acc.rate, favourable, g.min_acceptance_rate, upper_is_bad=False)
+        out.append(item)
+    return out
+
+
+def _text_key(record: RequestRecord) -> str | None:
+    return record.text_hash if record.text_hash is not None else record.text
+
+
+def _output_match(stage: StageResult) -> GuardrailResult | None:
+    return next((g for g in stage.guardrails if g.name == "outputMatch"), None)
+
+
+def _is_critical(stage: StageResult) -> bool:
+    om = _output_match(stage)
+    return om is not None and om.outcome in {Outcome.BREACHED, Outcome.SURELY_BREACHED}
+
+
+# --------------------------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class StageValidity:
+    """What the validity block says about one stage."""
+
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+def stage_validity(validity: Mapping[str, Any] | None, stage: str) -> StageValidity:
+    """The run's and the stage's validity (a missing block or key means valid)."""
+    if not validity:
+        return StageValidity(True)
+    reasons = [str(r) for r in validity.get("reasons") or []]
+    valid = bool(validity.get("valid", True))
+    per_stage = (validity.get("stages") or {}).get(stage) or {}
+    if isinstance(per_stage, Mapping):
+        valid = valid and bool(per_stage.get("valid", True))
+        reasons += [str(r) for r in per_stage.get("reasons") or []]
+    return StageValidity(valid, reasons)
+
+
+def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None:
+    """Running requests in the treatment: concurrency, or rate × mean E2E (Little's law)."""
+    if stage.concurrency is not None:
+        return float(stage.concurrency)
+    e2e = [r.e2e_ms for r in treatment if r.ok and r.e2e_ms is not None and math.isfinite(r.e2e_ms)]
+    if stage.rate is None or not e2e:
+        return None
+    return stage.rate * (sum(e2e) / len(e2e)) / 1000.0
+
+
+def analyse_stage(
+    spec: ExperimentSpec,
+    stage: Stage,
+    records: Sequence[RequestRecord],
+    window: StageWindow | None,
+    *,
+    validity: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> StageResult:
+    """Summaries, speed-up, tails, acceptance, guardrails and the verdict of one stage."""
+    a = spec.analysis
+    rng = np.random.default_rng(seed)
+    pairs = Pairs.of(r for r in records if r.stage == stage.name)
+    result = StageResult(
+        name=stage.name,
+        load=stage.load_label,
+        control=summarise_arm(list(pairs.control.values()), window),
+        treatment=summarise_arm(list(pairs.treatment.values()), window),
+        stopped_early=bool(window and window.stopped_early),
+    )
+    result.batch_size = batch_size(stage, list(pairs.treatment.values()))
+    metric = a.primary_metric.value
+    both = pairs.both_ok()
+    b, c = paired_values(both, metric)
+    higher = a.primary_metric is PrimaryMetric.THROUGHPUT
+    mv = compare(
+        b,
+        c,
+        metric=metric,
+        min_speedup=a.min_speedup,
+        confidence=a.confidence,
+        sequential_ci=a.sequential,
+        horizon=spec.stage_requests(stage),
+        higher_is_better=higher,
+    )
+    result.speedup = Speedup(
+        metric=metric,
+        estimate=mv.effect,
+        ci_low=mv.ci[0] if mv.ci else None,
+        ci_high=mv.ci[1] if mv.ci else None,
+        p_value=mv.p_value,
+        n=mv.n,
+        method=mv.method,
+    )
+    result.tails = quantile_speedups(
+        b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
+    )
+    server = window.server.get(TREATMENT) if window is not None else None
+    result.acceptance, acc_counts = acceptance_counts(
+        list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens
+    )
+    result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
+    om = _output_match(result)
+    result.output_match = om.estimate if om is not None else None
+
+    reasons: list[str] = []
+    validity_of = stage_validity(validity, stage.name)
+    control_errors = next((g for g in result.guardrails if g.name == "errorRate"), None)
+    control_list = list(pairs.control.values())
+    control_err_low = (
+        proportion_interval(sum(not r.ok for r in control_list), len(control_list), confidence=a.confidence)[
+            0
+        ]
+        if control_list
+        else 0.0
+    )
+    surely = [g for g in result.guardrails if g.outcome == Outcome.SURELY_BREACHED]
+    breached = [g for g in result.guardrails if g.outcome == Outcome.BREACHED]
+    for g in surely + breached:
+        reasons.append(_guardrail_line(g))
+    if _is_critical(result):
+        verdict = StageVerdict.FAIL
+        reasons.insert(0, "output mismatch under greedy sampling (critical)")
+    elif not validity_of.valid:
+        verdict = StageVerdict.INCONCLUSIVE
+        reasons.insert(0, "invalid measurement: " + ("; ".join(validity_of.reasons) or "marked invalid"))
+    elif not pairs.control or not pairs.treatment:
+        verdict = StageVerdict.INCONCLUSIVE
+        reasons.insert(
+            0,
+            "no data: "
+            + (
+                "no requests"
+                if not (pairs.control or pairs.treatment)
+                else f"no {CONTROL if not pairs.control else TREATMENT} requests"
+            ),
+        )
+    elif control_err_low > a.guardrails.max_error_rate and control_errors is not None:
+        verdict = StageVerdict.INCONCLUSIVE
+        reasons.insert(0, "invalid measurement: the control arm fails too (errors are not speculation's)")
+    elif surely:
+        verdict = StageVerdict.FAIL
+    elif mv.label is Label.NO_DATA:
+        verdict = StageVerdict.INCONCLUSIVE
+        reasons.insert(0, "no data: " + mv.reason)
+    elif mv.label is Label.FAIL:
+        verdict = StageVerdict.FAIL
+        reasons.insert(0, mv.reason)
+    elif mv.label is Label.PASS and not breached:
+        verdict = StageVerdict.PASS
+        reasons.insert(0, mv.reason)
+    else:
+        verdict = StageVerdict.INCONCLUSIVE
+        reasons.insert(0, mv.reason)
+    result.verdict = verdict
+    result.reasons = reasons
+    return result
+
+
+def _guardrail_line(g: GuardrailResult) -> str:
+    bound = f" [{g.ci_low:.3g}, {g.ci_high:.3g}]" if g.ci_low is not None and g.ci_high is not None else ""
+    est = f"{g.estimate:.3g}" if g.estimate is not None else "n/a"
+    return f"{g.name} {est}{bound} vs limit {g.limit:g}: {g.outcome}"
+
+
+def _stage_code(stage: StageResult) -> Reason:
+    """The machine reason behind one stage's verdict."""
+    if _is_critical(stage):
+        return Reason.OUTPUT_MISMATCH
+    first = stage.reasons[0] if stage.reasons else ""
+    if first.startswith("invalid measurement"):
+        return Reason.INVALID_MEASUREMENT
+    if first.startswith("no data"):
+        return Reason.NO_DATA
+    if stage.verdict is StageVerdict.PASS:
+        return Reason.SPEEDUP_CONFIRMED
+    if stage.verdict is StageVerdict.FAIL:
+        if any(g.outcome == Outcome.SURELY_BREACHED for g in stage.guardrails):
+            return Reason.GUARDRAIL_FAILED
+        return Reason.SLOWER_THAN_REQUIRED
+    return Reason.INSUFFICIENT_EVIDENCE
+
+
+# -------------------------------------------------------------------------------------------- overall
+
+
+def combine(require: str | list[str], stages: Sequence[StageResult]) -> tuple[Verdict, Reason]:
+    """The overall verdict from the stage verdicts (the rule in the module docstring)."""
+    if any(_is_critical(s) for s in stages):
+        return Verdict.REJECT, Reason.OUTPUT_MISMATCH
+    if not stages:
+        return Verdict.INCONCLUSIVE, Reason.NO_DATA
+    by_name = {s.name: s for s in stages}
+    if require == "any":
+        if any(s.verdict is StageVerdict.PASS for s in stages):
+            return Verdict.PROMOTE, Reason.SPEEDUP_CONFIRMED
+        if all(s.verdict is StageVerdict.FAIL for s in stages):
+            return Verdict.REJECT, _worst_fail(stages)
+        return Verdict.INCONCLUSIVE, _why_inconclusive(stages)
+    names = [s.name for s in stages] if require == "all" else list(require)
+    missing = [n for n in names if n not in by_name]
+    required = [by_name[n] for n in names if n in by_name]
+    failed = [s for s in required if s.verdict is StageVerdict.FAIL]
+    if failed:
+        return Verdict.REJECT, _worst_fail(failed)
+    if not missing and required and all(s.verdict is StageVerdict.PASS for s in required):
+        return Verdict.PROMOTE, Reason.SPEEDUP_CONFIRMED
+    if missing:
+        return Verdict.INCONCLUSIVE, Reason.NO_DATA
+    return Verdict.INCONCLUSIVE, _why_inconclusive(
+        [s for s in required if s.verdict is not StageVerdict.PASS]
+    )
+
+
+def _worst_fail(failed: Sequence[StageResult]) -> Reason:
+    codes = {_stage_code(s) for s in failed}
+    for code in (Reason.OUTPUT_MISMATCH, Reason.GUARDRAIL_FAILED):
+        if code in codes:
+            return code
+    return Reason.SLOWER_THAN_REQUIRED
+
+
+def _why_inconclusive(stages: Sequence[StageResult]) -> Reason:
+    codes = {_stage_code(s) for s in stages}
+    for code in (Reason.INVALID_MEASUREMENT, Reason.NO_DATA):
+        if code in codes:
+            return code
+    return Reason.INSUFFICIENT_EVIDENCE
+
+
+def recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommendation:
+    """The highest load at which speculation still passes, and a vLLM batch-size schedule beyond it.
+
+    Stages are ordered by their estimated batch size; the passing run is the one that starts at the
+    lowest load (a pass above a non-passing stage is not trusted for the schedule). The schedule is
+    `[[1, B, k], [B + 1, 4096, 0]]` with B the passing stage's batch size rounded down (we have no
+    evidence beyond it), `[[1, 4096, k]]` when every stage passes.
+    """
+    k = spec.speculative.num_speculative_tokens
+    ordered = sorted((s for s in stages if s.batch_size is not None), key=lambda s: s.batch_size or 0.0)
+    if not ordered:
+        return Recommendation(note="no stage has a batch-size estimate; no schedule suggested")
+    passing: list[StageResult] = []
+    for s in ordered:
+        if s.verdict is not StageVerdict.PASS:
+            break
+        passing.append(s)
+    if not passing:
+        return Recommendation(
+            note=f"speculation did not pass at the lowest load ({ordered[0].name}); leave it off"
+        )
+    best = passing[-1]
+    upto = max(1, math.floor(best.batch_size or 1.0))
+    later_pass = [s.name for s in ordered[len(passing) :] if s.verdict is StageVerdict.PASS]
+    extra = f"; also passes at {', '.join(later_pass)} (not monotone in load)" if later_pass else ""
+    if k is None:
+        return Recommendation(
+            beneficial_up_to=best.name,
+            note=f"passes up to ~{upto} running requests{extra}; numSpeculativeTokens unset, so no schedule",
+        )
+    if len(passing) == len(ordered):
+        return Recommendation(
+            beneficial_up_to=best.name,
+            num_speculative_tokens_per_batch_size=[[1, max(SCHEDULE_MAX_BATCH, upto), k]],
+            note=f"passes at every measured load (up to ~{upto} running requests)",
+        )
+    return Recommendation(
+        beneficial_up_to=best.name,
+        num_speculative_tokens_per_batch_size=[
+            [1, upto, k],
+            [upto + 1, max(SCHEDULE_MAX_BATCH, upto + 1), 0],
+        ],
+        note=f"passes up to {best.name} (~{upto} running requests), not at {ordered[len(passing)].name}{extra}",
+    )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the verdict writes into status."""
+
+    stages: list[StageResult]
+    verdict: Verdict | None
+    """None: could not measure (reason NoData or InvalidMeasurement); the experiment ends Failed."""
+    reason: str
+    message: str
+    speedup_summary: str
+    recommendation: Recommendation | None
+
+    @property
+    def measured(self) -> bool:
+        """A verdict was reached (Completed rather than Failed)."""
+        return self.verdict is not None
+
+    def apply(self, status: ExperimentStatus) -> ExperimentStatus:
+        """A copy of `status` carrying this analysis (phase Completed, or Failed without a verdict)."""
+        return status.model_copy(
+            update={
+                "phase": Phase.COMPLETED if self.measured else Phase.FAILED,
+                "verdict": self.verdict,
+                "reason": self.reason,
+                "message": self.message,
+                "speedup_summary": self.speedup_summary,
+                "stages": self.stages,
+                "recommendation": self.recommendation,
+            }
+        )
+
+
+def _fmt_speedup(s: StageResult) -> str:
+    sp = s.speedup
+    if sp is None or sp.estimate is None:
+        return f"no data at {s.name}"
+    ci = f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]" if sp.ci_low is not None and sp.ci_high is not None else ""
+    return f"{sp.estimate:.2f}x{ci} at {s.name}"
+
+
+def analyse(
+    spec: ExperimentSpec,
+    records: Sequence[RequestRecord],
+    windows: Sequence[StageWindow],
+    *,
+    validity: Mapping[str, Any] | None = None,
+) -> Analysis:
+    """The whole verdict from the records and stage windows of one run (warm-up excluded)."""
+    measured = [r for r in records if not r.warmup]
+    win = {w.stage: w for w in windows}
+    stages = [
+        analyse_stage(spec, st, measured, win.get(st.name), validity=validity, seed=spec.engine.seed + i)
+        for i, st in enumerate(spec.workload.stages)
+    ]
+    metric = spec.analysis.primary_metric.value
+    summary = ", ".join(
+        f"{s.name} {s.speedup.estimate:.2f}x" if s.speedup and s.speedup.estimate else f"{s.name} -"
+        for s in stages
+    )
+    message = f"{metric} speed-up " + "; ".join(_fmt_speedup(s) for s in stages)
+    run_valid = stage_validity(validity, "")
+    if not measured:
+        return Analysis(stages, None, Reason.NO_DATA, "no measured requests", summary, None)
+    if validity and not bool(validity.get("valid", True)):
+        why = "; ".join(run_valid.reasons) or "the load generator marked the run invalid"
+        return Analysis(
+            stages, None, Reason.INVALID_MEASUREMENT, f"invalid measurement: {why}", summary, None
+        )
+    verdict, reason = combine(spec.analysis.require_stages, stages)
+    if reason is Reason.OUTPUT_MISMATCH:
+        bad = [s for s in stages if _is_critical(s)]
+        message = (
+            "output mismatch at "
+            + ", ".join(
+                f"{s.name} ({(s.output_match or 0.0):.1%} < {spec.analysis.guardrails.min_output_match:.0%})"
+                for s in bad
+            )
+            + "; "
+            + message
+        )
+    elif reason is Reason.GUARDRAIL_FAILED:
+        lines = [
+            f"{g.name} at {s.name}"
+            for s in stages
+            for g in s.guardrails
+            if g.outcome == Outcome.SURELY_BREACHED
+        ]
+        message = "guardrail failed: " + ", ".join(lines) + "; " + message
+    return Analysis(stages, verdict, reason, message, summary, recommend(spec, stages))
+
+
+# ------------------------------------------------------------------------------------ sequential looks
+
+
+def stage_look(
+    analysis: AnalysisSpec,
+    control: Sequence[RequestRecord],
+    treatment: Sequence[RequestRecord],
+    *,
+    max_pairs: int,
+) -> sequential.Look:
+    """The sequential state of a running stage (see `stage_decided`)."""
+    pairs = Pairs.of([*control, *treatment]).prefix()
+    metric = analysis.primary_metric.value
+    b, c = paired_values(pairs.both_ok(), metric)
+    d = log_ratios(b, c, higher_is_better=analysis.primary_metric is PrimaryMetric.THROUGHPUT)
+    return sequential.look(
+        d, threshold=math.log(analysis.min_speedup), confidence=analysis.confidence, horizon=max_pairs
+    )
+
+
+def stage_decided(
+    analysis: AnalysisSpec,
+    control: Sequence[RequestRecord],
+    treatment: Sequence[RequestRecord],
+    *,
+    max_pairs: int,
+) -> bool:
+    """May the load generator end this stage now? For the load generator's loop; pure and cheap.
+
+    Call it at any time, as often as you like (after each completed pair, or every few): the
+    guarantee holds under repeated looks. Pass every finished record of the running stage for each
+    arm (ok or failed, warm-up excluded) and the stage's request bound (`spec.stage_requests(stage)`).
+    Only the longest run of indices finished in both arms is used. True when the primary metric's
+    always-valid interval lies wholly above or below minSpeedup, or the stage is futile (even at
+    `max_pairs` it could not separate from minSpeedup); always False with `analysis.sequential` off
+    or before `sequential.MIN_PAIRS` pairs. Guardrails are judged at the end on whatever ran.
+    """
+    if not analysis.sequential:
+        return False
+    return stage_look(analysis, control, treatment, max_pairs=max_pairs).decided

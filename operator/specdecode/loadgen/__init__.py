@@ -1,0 +1,1 @@
+"""The load generator: paired, open- and closed-loop load with exact per-request timing."""

@@ -1,0 +1,127 @@
+"""`specdecode loadgen`: the load Job's entry point (and a way to load any two endpoints by hand).
+
+Exit statuses (cli.py): 0 the run completed (read `validity` in the summary before trusting it);
+2 invalid input (experiment file, dataset, URL); 3 could not measure (no request succeeded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from specdecode.experiment import documents, records, validation, verdict
+from specdecode.experiment import spec as spec_mod
+from specdecode.loadgen import http, runner, workload
+from specdecode.loadgen import plan as plan_mod
+
+
+class _Printer:
+    """One line per stage start and end, and a count every 10% of a stage."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.done = 0
+        self.total = 0
+        self.failed = 0
+
+    def __call__(self, event: runner.ProgressEvent) -> None:
+        if isinstance(event, runner.StageStarted):
+            self.done, self.failed, self.total = 0, 0, event.requests * 2
+            head = f"[{event.position + 1}/{event.total}] {event.stage}"
+            print(f"{head}: {event.requests} requests, {event.load}", file=self.out, flush=True)
+        elif isinstance(event, runner.RequestDone):
+            self.done += 1
+            self.failed += not event.ok
+            step = max(1, self.total // 10)
+            if self.done % step == 0:
+                print(
+                    f"  {event.stage}: {self.done}/{self.total} done, {self.failed} failed",
+                    file=self.out,
+                    flush=True,
+                )
+        else:
+            w = event.window
+            note = " (stopped early)" if event.stopped_early else ""
+            print(f"  {event.stage}: finished in {w.end - w.start:.1f} s{note}", file=self.out, flush=True)
+
+
+def stop_rule(s: spec_mod.ExperimentSpec) -> runner.StopRule | None:
+    """Sequential stopping (the verdict's always-valid rule) when `analysis.sequential` is on."""
+    if not s.analysis.sequential:
+        return None
+    bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
+
+    def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
+        control = [r for r in recs if r.arm == "control"]
+        treatment = [r for r in recs if r.arm == "treatment"]
+        return verdict.stage_decided(
+            s.analysis, control, treatment, max_pairs=bounds.get(stage, len(control))
+        )
+
+    return decided
+
+
+def main(
+    *,
+    experiment: Path,
+    control_url: str,
+    treatment_url: str,
+    out: Path,
+    api_key_env: str | None,
+    scrape_metrics: bool,
+    quiet: bool,
+    control_metrics_url: str | None = None,
+    treatment_metrics_url: str | None = None,
+    dataset_file: Path | None = None,
+    salt: str | None = None,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Load both arms as the experiment's workload says; write results under `out`."""
+    try:
+        exp = documents.load_experiment(experiment)
+        plan = plan_mod.plan_from_spec(
+            exp.spec,
+            experiment.resolve().parent,
+            dataset_file=dataset_file,
+            salt=salt,
+            scrape_metrics=scrape_metrics,
+        )
+        api_key = None
+        if api_key_env:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ValueError(f"--api-key-env: environment variable {api_key_env} is not set")
+        endpoints = {
+            "control": runner.Endpoint(control_url, control_metrics_url, api_key),
+            "treatment": runner.Endpoint(treatment_url, treatment_metrics_url, api_key),
+        }
+        for ep in endpoints.values():
+            http.Origin.parse(ep.url)
+            if ep.metrics_url:
+                http.Origin.parse(ep.metrics_url)
+    except (
+        validation.InvalidSpecError,
+        documents.UnreadableFileError,
+        workload.DatasetError,
+        ValueError,
+    ) as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"specdecode loadgen: {line}", file=err)
+        return 2
+    progress = None if quiet else _Printer(err)
+    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+        result = loop.run(runner.run(plan, endpoints, out, progress=progress, stop_rule=stop_rule(exp.spec)))
+    measured = [s for s in result.summary["stages"] if not s["warmup"]]
+    ok = sum(a["ok"] for s in measured for a in s["arms"].values())
+    validity = result.summary["validity"]
+    if not quiet:
+        state = "valid" if validity["valid"] else "INVALID: " + "; ".join(validity["reasons"])
+        print(f"wrote {result.records_written} records to {out} ({state})", file=err)
+    if ok == 0:
+        print("specdecode loadgen: no request succeeded; could not measure", file=err)
+        return 3
+    return 0

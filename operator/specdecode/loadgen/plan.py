@@ -1,0 +1,179 @@
+"""The load plan: every stage's requests and intended schedule, fixed before the first send.
+
+`plan_from_spec` turns an `ExperimentSpec` into a `Plan`; `runner.run` executes it. Everything
+random (prompts, per-request seeds, arrival gaps) derives from `spec.engine.seed`, so two runs of
+one spec send the same prompt sequence on the same schedule; `salt` (default: the spec's seed and
+the time of planning) only changes the nonce prefixes, so a rerun against the same warm server
+still misses its prefix cache.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdecode.experiment import spec as spec_mod
+from specdecode.loadgen import schedule, workload
+
+WARMUP = "warmup"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage: open loop (`rate`, `offsets`) or closed loop (`concurrency`)."""
+
+    name: str
+    requests: tuple[workload.PreparedRequest, ...]
+    rate: float | None = None
+    concurrency: int | None = None
+    offsets: tuple[float, ...] | None = None
+    """Open loop: intended send time of request i, seconds after the stage's start."""
+    warmup: bool = False
+
+    @property
+    def open_loop(self) -> bool:
+        """Paced by a schedule rather than by completions."""
+        return self.offsets is not None
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """When the client's own overhead makes a run untrustworthy (summary `validity`)."""
+
+    schedule_lag_p99_ms: float = 5.0
+    """Open loop: p99 of send - intended may not exceed max(this, `schedule_lag_ttft_fraction` · p50 TTFT)."""
+    schedule_lag_ttft_fraction: float = 0.02
+    loop_lag_p99_ms: float = 5.0
+    """p99 lateness of a 10 ms ticker on the client's event loop."""
+    cpu_percent: float = 90.0
+    """Client CPU time over wall time; above this the client was the bottleneck."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run needs besides the endpoints."""
+
+    stages: tuple[StagePlan, ...]
+    seed: int = 42
+    salt: str = ""
+    request_timeout_s: float = 600.0
+    look_every: int = 20
+    """Completed pairs between calls of the sequential stopping rule."""
+    scrape_metrics: bool = False
+    """Read each arm's /metrics at stage boundaries (the operator reads Prometheus instead)."""
+    scrape_interval_s: float = 5.0
+    """How often /metrics is read during a stage for gauges (kv cache usage max); 0 disables."""
+    lead_s: float = 0.05
+    """Open loop: the first intended send is this long after the stage starts."""
+    budgets: Budgets = field(default_factory=Budgets)
+    description: dict[str, object] = field(default_factory=dict)
+    """Echoed into the summary (arrival process, dataset, ...)."""
+
+
+def _stage_requests(
+    spec: spec_mod.ExperimentSpec,
+    items: list[workload.Item] | None,
+    *,
+    name: str,
+    n: int,
+    first: int,
+    salt: str,
+) -> tuple[workload.PreparedRequest, ...]:
+    wl = spec.workload
+    out: list[workload.PreparedRequest] = []
+    for i in range(n):
+        if items is None:
+            assert isinstance(wl.dataset, spec_mod.SyntheticDataset)
+            out.append(
+                workload.synthetic_request(
+                    model=spec.served_name,
+                    sampling=wl.sampling,
+                    dataset=wl.dataset,
+                    seed=spec.engine.seed,
+                    salt=salt,
+                    stage=name,
+                    index=i,
+                )
+            )
+        else:
+            item = items[(first + i) % len(items)]
+            out.append(
+                workload.item_request(
+                    item,
+                    model=spec.served_name,
+                    sampling=wl.sampling,
+                    seed=spec.engine.seed,
+                    salt=salt,
+                    stage=name,
+                    index=i,
+                )
+            )
+    return tuple(out)
+
+
+def plan_from_spec(
+    spec: spec_mod.ExperimentSpec,
+    base_dir: Path,
+    *,
+    dataset_file: Path | None = None,
+    salt: str | None = None,
+    scrape_metrics: bool = False,
+    warmup_concurrency: int = 4,
+    budgets: Budgets | None = None,
+    look_every: int = 20,
+) -> Plan:
+    """The plan of an experiment: warm-up (closed loop) first, then the spec's stages in order."""
+    wl = spec.workload
+    seed = spec.engine.seed
+    salt = salt if salt is not None else f"{seed}-{time.time_ns()}"
+    items: list[workload.Item] | None = None
+    if not isinstance(wl.dataset, spec_mod.SyntheticDataset):
+        items = workload.load_items(wl.dataset, base_dir, dataset_file)
+        random.Random(f"{seed}:order").shuffle(items)
+    stages: list[StagePlan] = []
+    measured_items = items
+    if wl.warmup_requests:
+        warm_items = items
+        if items is not None and len(items) > wl.warmup_requests:
+            warm_items, measured_items = items[: wl.warmup_requests], items[wl.warmup_requests :]
+        stages.append(
+            StagePlan(
+                name=WARMUP,
+                warmup=True,
+                concurrency=max(1, min(warmup_concurrency, wl.warmup_requests)),
+                requests=_stage_requests(
+                    spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt
+                ),
+            )
+        )
+    first = 0
+    for stage in wl.stages:
+        n = spec.stage_requests(stage)
+        reqs = _stage_requests(spec, measured_items, name=stage.name, n=n, first=first, salt=salt)
+        first += n
+        if stage.rate is not None:
+            offs = schedule.offsets(
+                wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name, burstiness=wl.burstiness
+            )
+            stages.append(StagePlan(name=stage.name, requests=reqs, rate=stage.rate, offsets=tuple(offs)))
+        else:
+            stages.append(StagePlan(name=stage.name, requests=reqs, concurrency=stage.concurrency))
+    dataset = wl.dataset.model_dump(by_alias=True, exclude_none=True)
+    return Plan(
+        stages=tuple(stages),
+        seed=seed,
+        salt=salt,
+        request_timeout_s=wl.request_timeout_seconds,
+        scrape_metrics=scrape_metrics,
+        budgets=budgets or Budgets(),
+        look_every=look_every,
+        description={
+            "arrival": wl.arrival.value,
+            "burstiness": wl.burstiness,
+            "dataset": dataset,
+            "sampling": wl.sampling.model_dump(by_alias=True),
+            "model": spec.served_name,
+        },
+    )

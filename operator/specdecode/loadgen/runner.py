@@ -1,0 +1,700 @@
+"""Running a plan against the arms: paired requests, open and closed loop, streamed results.
+
+Pairing (records.py): request `index` of a stage carries the same prompt bytes and seed to every
+arm, and both arms run each stage at the same time from this one process.
+- **Open loop**: one pacer per stage sleeps until intended time `t0 + offset[index]`, then starts
+  the request on every arm (alternating which arm goes first, so neither is always a few µs
+  ahead). Both records carry the same `intended`.
+- **Closed loop** at concurrency C: each arm runs its own C worker slots; every slot takes the next
+  index of *its arm's* sequence (0, 1, 2, ... in order) when its previous request ends. So each arm
+  keeps exactly C requests in flight, index i is the i-th request that arm dispatched, and the pair
+  (stage, i) has the same prompt on both arms but not necessarily the same send time (a faster arm
+  runs ahead). `intended` is null; `slot` says which worker sent it.
+- A stage ends when its requests are all sent (or the stop rule fired) and every in-flight
+  request has finished: the drain. The next stage starts only after that.
+
+Sequential stopping: every `plan.look_every` completed pairs the `stop_rule(stage, records)` is
+called with the stage's records of completed pairs; when it returns True no new request is sent,
+in-flight ones drain, and the window is marked `stopped_early`.
+
+Outputs under `out_dir` (nothing elsewhere):
+- `requests.jsonl`: one `RequestRecord` per line, appended and flushed as each **pair** completes
+  (so `diverges_at` can be filled); on cancellation the unpaired and in-flight records are written
+  too (in-flight ones with `error_class: cancelled`).
+- `windows.json`: `{"anchor": RunAnchor, "windows": [StageWindow...]}`, rewritten after each stage.
+- `loadgen-summary.json`: per-stage/arm summaries, metric definitions, validity (`summary.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import gc
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from specdecode.experiment import records
+from specdecode.loadgen import http, scrape, sse, summary
+from specdecode.loadgen.plan import Plan, StagePlan
+
+log = logging.getLogger(__name__)
+
+ARMS = ("control", "treatment")
+REQUESTS_FILE = "requests.jsonl"
+WINDOWS_FILE = "windows.json"
+SUMMARY_FILE = "loadgen-summary.json"
+
+#: the pacer sleeps on a timer until this long before the intended time, then polls: event-loop
+#: timers (uvloop's libuv, epoll's timeout) have 1 ms granularity (loadgen-anchors (c)4)
+SPIN_S = 0.0015
+#: the loop-lag ticker's period
+TICK_S = 0.010
+#: closed loop: sends released per event-loop iteration (see `_Run._turn`)
+SENDS_PER_ITERATION = 8
+
+StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One arm's server: the base URL (`http://host:port`, without `/v1`), where to scrape, the key."""
+
+    url: str
+    metrics_url: str | None = None
+    """Base URL for `/metrics` (the pod, not a Service); default: `url`."""
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class StageStarted:
+    """Progress: a stage began."""
+
+    stage: str
+    position: int
+    total: int
+    requests: int
+    load: str
+    warmup: bool
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    """Progress: one request of one arm finished."""
+
+    stage: str
+    index: int
+    arm: str
+    ok: bool
+    error_class: str | None
+
+
+@dataclass(frozen=True)
+class StageFinished:
+    """Progress: a stage drained."""
+
+    stage: str
+    stopped_early: bool
+    window: records.StageWindow
+
+
+ProgressEvent = StageStarted | RequestDone | StageFinished
+Progress = Callable[[ProgressEvent], None]
+
+
+@dataclass
+class RunResult:
+    """What `run` produced (the files under `out_dir` hold the same)."""
+
+    out_dir: Path
+    anchor: records.RunAnchor
+    windows: list[records.StageWindow]
+    summary: dict[str, Any]
+    records_written: int
+    interrupted: bool = False
+
+    @property
+    def valid(self) -> bool:
+        """The client's own overhead stayed inside its budgets."""
+        return bool(self.summary.get("validity", {}).get("valid", False))
+
+
+@dataclass
+class _StageState:
+    plan: StagePlan
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    pending: dict[int, dict[str, records.RequestRecord]] = field(default_factory=dict)
+    completed: list[records.RequestRecord] = field(default_factory=list)
+    pairs: int = 0
+    stopped_early: bool = False
+    start: float = 0.0
+    last_end: float = 0.0
+    kv_max: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Done:
+    """A finished exchange waiting for the parser."""
+
+    st: _StageState
+    index: int
+    arm: str
+    rid: str
+    ex: http.Exchange
+    intended: float | None
+    slot: int | None
+
+
+def diverges_at(a: str | None, b: str | None) -> int | None:
+    """First character where two texts differ; None when equal or unknown."""
+    if a is None or b is None or a == b:
+        return None
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def error_class(ex: http.Exchange, stream_error: BaseException | None) -> str | None:
+    """The record's error class (records.RequestRecord.error_class)."""
+    err = ex.error
+    if err is None and stream_error is None:
+        resp = ex.response
+        if resp is not None and resp.status >= 400:
+            return "http_4xx" if resp.status < 500 else "http_5xx"
+        return None
+    if isinstance(err, http.ConnectError):
+        return "connect"
+    if isinstance(err, TimeoutError):
+        return "timeout"
+    if isinstance(err, http.DisconnectError):
+        return "disconnect"
+    if isinstance(err, http.ProtocolError):
+        return "malformed_http"
+    if isinstance(stream_error, http.ProtocolError):
+        return "malformed_http"
+    if isinstance(stream_error, sse.StreamErrorEvent):
+        return "stream_error"
+    if isinstance(stream_error, sse.MalformedStreamError):
+        return "malformed_sse"
+    return "other"
+
+
+class _Run:
+    def __init__(
+        self,
+        plan: Plan,
+        endpoints: Mapping[str, Endpoint],
+        out_dir: Path,
+        stop_rule: StopRule | None,
+        progress: Progress | None,
+    ) -> None:
+        self.plan = plan
+        self.arms = [a for a in ARMS if a in endpoints] + [a for a in endpoints if a not in ARMS]
+        self.endpoints = endpoints
+        self.out_dir = out_dir
+        self.stop_rule = stop_rule
+        self.progress_cb = progress
+        self.origins = {arm: http.Origin.parse(ep.url) for arm, ep in endpoints.items()}
+        self.pools = {arm: http.Pool(self.origins[arm]) for arm in self.arms}
+        self.metric_pools = {
+            arm: http.Pool(http.Origin.parse(ep.metrics_url or ep.url)) for arm, ep in endpoints.items()
+        }
+        mono, wall = time.monotonic(), time.time()
+        self.anchor = records.RunAnchor(monotonic=mono, wall=wall)
+        self.windows: list[records.StageWindow] = []
+        self.records: list[records.RequestRecord] = []
+        self.loop_lags: list[float] = []
+        self.file: IO[str] | None = None
+        self.written = 0
+        self.current: _StageState | None = None
+        self.summary: dict[str, Any] = {}
+        self._parse_queue: asyncio.Queue[_Done] = asyncio.Queue()
+        self._send_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._dispatching = False
+        self._progress_failed = False
+
+    # ---------------------------------------------------------------------------------- outputs
+    def _emit(self, event: ProgressEvent) -> None:
+        if self.progress_cb is None:
+            return
+        try:
+            self.progress_cb(event)
+        except Exception:
+            if not self._progress_failed:
+                log.exception("progress callback failed; continuing without it")
+                self._progress_failed = True
+
+    def _write(self, rec: records.RequestRecord) -> None:
+        self.records.append(rec)
+        if self.file is not None:
+            self.file.write(rec.model_dump_json() + "\n")
+            self.file.flush()
+            self.written += 1
+
+    def _write_windows(self) -> None:
+        doc = {"anchor": self.anchor.model_dump(), "windows": [w.model_dump() for w in self.windows]}
+        (self.out_dir / WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+    # ---------------------------------------------------------------------------------- one request
+    def _rel(self, t: float | None) -> float | None:
+        return None if t is None else t - self.anchor.monotonic
+
+    def _payload(self, arm: str, stage: str, req_index: int, path: str, body: bytes) -> tuple[str, bytes]:
+        rid = f"{self.plan.salt}-{stage}-{req_index}-{arm}"
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "x-request-id": rid}
+        key = self.endpoints[arm].api_key
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return rid, http.request_bytes(self.origins[arm], "POST", path, headers, body)
+
+    async def _one(
+        self,
+        st: _StageState,
+        i: int,
+        arm: str,
+        payload: tuple[str, bytes],
+        intended: float | None,
+        slot: int | None,
+        ex: http.Exchange | None = None,
+        started: http.Started | None = None,
+    ) -> None:
+        ex = ex if ex is not None else http.Exchange()
+        try:
+            await http.exchange(
+                self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex, started=started
+            )
+        except asyncio.CancelledError:
+            self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, None, cancelled=True))
+            raise
+        # Parsing waits for the parser task: a closed-loop slot sends its next request now, and a
+        # burst of completions never holds up the reading (and stamping) of other streams.
+        self._parse_queue.put_nowait(_Done(st, i, arm, payload[0], ex, intended, slot))
+
+    async def _parser(self) -> None:
+        """Turns finished exchanges into records, one per event-loop iteration."""
+        queue = self._parse_queue
+        while True:
+            item = await queue.get()
+            try:
+                parsed = await self._parsed(item.ex)
+            except asyncio.CancelledError:
+                self._parse_one(item, self._parsed_sync(item.ex))  # interrupted: keep it
+                queue.task_done()
+                raise
+            try:
+                self._parse_one(item, parsed)
+            except Exception:  # a bug here must not stall the drain (queue.join)
+                log.exception("could not record %s %s #%d", item.st.plan.name, item.arm, item.index)
+            finally:
+                queue.task_done()
+            await asyncio.sleep(0)  # let the loop poll sockets between two records
+
+    async def _parsed(self, ex: http.Exchange) -> sse.Stream | BaseException | None:
+        resp = ex.response
+        if ex.error is None and resp is not None and resp.status == 200:
+            try:
+                resp.decode()
+                return await sse.read(resp.pieces)  # in slices
+            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
+                return exc
+        return None
+
+    @staticmethod
+    def _parsed_sync(ex: http.Exchange) -> sse.Stream | BaseException | None:
+        resp = ex.response
+        if ex.error is None and resp is not None and resp.status == 200:
+            try:
+                resp.decode()
+                return sse.parse(sse.split_events(resp.pieces))
+            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
+                return exc
+        return None
+
+    def _parse_one(self, item: _Done, parsed: sse.Stream | BaseException | None) -> None:
+        rec = self._record(item.st, item.index, item.arm, item.rid, item.ex, item.intended, item.slot, parsed)
+        self._done(item.st, rec)
+
+    def _parse_backlog(self) -> None:
+        """On interruption: parse what is queued, synchronously."""
+        while not self._parse_queue.empty():
+            item = self._parse_queue.get_nowait()
+            self._parse_one(item, self._parsed_sync(item.ex))
+            self._parse_queue.task_done()
+
+    def _record(
+        self,
+        st: _StageState,
+        i: int,
+        arm: str,
+        rid: str,
+        ex: http.Exchange,
+        intended: float | None,
+        slot: int | None,
+        parsed_or_error: sse.Stream | BaseException | None,
+        *,
+        cancelled: bool = False,
+    ) -> records.RequestRecord:
+        req = st.plan.requests[i]
+        resp = ex.response
+        rel = self._rel
+        fields: dict[str, Any] = dict(
+            stage=st.plan.name,
+            index=i,
+            arm=arm,
+            warmup=st.plan.warmup,
+            prompt_id=req.prompt_id,
+            category=req.category,
+            intended=rel(intended),
+            sent=rel(ex.sent) if ex.sent else rel(time.monotonic()),
+            request_id=rid,
+            slot=slot,
+            connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
+        )
+        stream_error: BaseException | None = None
+        parsed: sse.Stream | None = None
+        if isinstance(parsed_or_error, sse.Stream):
+            parsed = parsed_or_error
+            if not parsed.done:
+                stream_error = sse.MalformedStreamError("stream ended without [DONE]")
+        elif parsed_or_error is not None:
+            stream_error = parsed_or_error
+        if resp is not None:
+            fields.update(
+                http_status=resp.status or None,
+                headers=rel(resp.headers_at),
+                first_byte=rel(resp.first_byte),
+                end=rel(resp.end),
+            )
+        if fields.get("end") is None:
+            fields["end"] = rel(time.monotonic())
+        if cancelled:
+            fields.update(ok=False, error_class="cancelled", error="run interrupted")
+        else:
+            cls = error_class(ex, stream_error)
+            fields["error_class"] = cls
+            fields["ok"] = cls is None and parsed is not None
+            if cls is not None:
+                detail = ex.error or stream_error
+                if detail is None and resp is not None:
+                    detail_text = resp.body[:200].decode("utf-8", "replace").replace("\n", " ")
+                    fields["error"] = f"HTTP {resp.status}: {detail_text}"
+                else:
+                    fields["error"] = f"{type(detail).__name__}: {detail}"[:300]
+        if parsed is not None:
+            events = [(t - self.anchor.monotonic, n) for t, n in parsed.token_events]
+            metrics = dict(parsed.metrics) if parsed.metrics else None
+            spec_decode = metrics.pop("speculative_decoding", None) if metrics else None
+            fields.update(
+                events=events,
+                first_token=events[0][0] if events else None,
+                text=parsed.text,
+                text_hash=summary.sha256(parsed.text),
+                prompt_tokens=parsed.prompt_tokens,
+                completion_tokens=parsed.completion_tokens,
+                finish_reason=parsed.finish_reason,
+                n_events=parsed.n_events,
+                token_source=parsed.token_source,
+                spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
+                server_metrics=metrics or None,
+            )
+        rec = records.RequestRecord(**fields)
+        return summary.derive(rec)
+
+    def _done(self, st: _StageState, rec: records.RequestRecord) -> None:
+        if rec.end is not None:
+            st.last_end = max(st.last_end, rec.end + self.anchor.monotonic)
+        self._emit(RequestDone(rec.stage, rec.index, rec.arm, rec.ok, rec.error_class))
+        slot = st.pending.setdefault(rec.index, {})
+        slot[rec.arm] = rec
+        if len(slot) < len(self.arms):
+            return
+        del st.pending[rec.index]
+        pair = [slot[a] for a in self.arms]
+        if len(pair) == 2:
+            at = diverges_at(pair[0].text, pair[1].text)
+            pair = [r.model_copy(update={"diverges_at": at}) for r in pair]
+        for r in pair:
+            self._write(r)
+        st.completed.extend(pair)
+        st.pairs += 1
+        if (
+            self.stop_rule is not None
+            and not st.plan.warmup
+            and not st.stop.is_set()
+            and st.pairs % self.plan.look_every == 0
+        ):
+            try:
+                stop = self.stop_rule(st.plan.name, list(st.completed))
+            except Exception:
+                log.exception("stop rule failed; the stage continues to its bound")
+                stop = False
+            if stop:
+                st.stopped_early = True
+                st.stop.set()
+
+    def _flush_pending(self, st: _StageState) -> None:
+        for index in sorted(st.pending):
+            for arm in self.arms:
+                rec = st.pending[index].get(arm)
+                if rec is not None:
+                    self._write(rec)
+        st.pending.clear()
+
+    # ---------------------------------------------------------------------------------- stages
+    async def _sleep_until(self, target: float) -> None:
+        delay = target - time.monotonic()
+        if delay > SPIN_S:
+            await asyncio.sleep(delay - SPIN_S)
+        while time.monotonic() < target:  # noqa: ASYNC110 - a deliberate sub-millisecond poll
+            await asyncio.sleep(0)
+
+    def _spawn(self, st: _StageState, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        st.tasks.add(task)
+        task.add_done_callback(st.tasks.discard)
+
+    async def _open_loop(self, st: _StageState) -> None:
+        sp = st.plan
+        assert sp.offsets is not None
+        payloads = [
+            {arm: self._payload(arm, sp.name, i, r.path, r.body) for arm in self.arms}
+            for i, r in enumerate(sp.requests)
+        ]
+        t0 = time.monotonic() + self.plan.lead_s
+        st.start = t0 + (sp.offsets[0] if sp.offsets else 0.0)
+        for i in range(len(sp.requests)):
+            target = t0 + sp.offsets[i]
+            await self._sleep_until(target)
+            if st.stop.is_set():
+                break
+            order = self.arms if i % 2 == 0 else self.arms[::-1]
+            for arm in order:
+                # written here and now when a pooled connection is idle; the task reads the response
+                ex = http.Exchange()
+                started = http.send_now(self.pools[arm], payloads[i][arm][1], ex)
+                self._spawn(st, self._one(st, i, arm, payloads[i][arm], target, None, ex, started))
+
+    async def _closed_loop(self, st: _StageState) -> None:
+        sp = st.plan
+        assert sp.concurrency is not None
+        n = len(sp.requests)
+        next_index = dict.fromkeys(self.arms, 0)
+
+        payloads = {
+            arm: [self._payload(arm, sp.name, i, r.path, r.body) for i, r in enumerate(sp.requests)]
+            for arm in self.arms
+        }
+
+        async def worker(arm: str, slot: int) -> None:
+            while not st.stop.is_set():
+                await self._turn()
+                i = next_index[arm]
+                if i >= n or st.stop.is_set():
+                    return
+                next_index[arm] = i + 1
+                await self._one(st, i, arm, payloads[arm][i], None, slot)
+
+        st.start = time.monotonic()
+        for slot in range(min(sp.concurrency, n)):
+            for arm in self.arms:
+                self._spawn(st, worker(arm, slot))
+
+    def _turn(self) -> asyncio.Future[None]:
+        """Wait for a send slot: at most SENDS_PER_ITERATION closed-loop sends per loop iteration.
+
+        When a cohort of streams ends in the same engine step, hundreds of slots want to send at
+        once; sending them all in one loop iteration would hold up the reading (and stamping) of
+        every other stream for milliseconds. Released in FIFO order, a few per iteration.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._send_waiters.append(fut)
+        if not self._dispatching:
+            self._dispatching = True
+            loop.call_soon(self._release_sends)
+        return fut
+
+    def _release_sends(self) -> None:
+        waiters = self._send_waiters
+        released = 0
+        while waiters and released < SENDS_PER_ITERATION:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                released += 1
+        if waiters:
+            asyncio.get_running_loop().call_soon(self._release_sends)
+        else:
+            self._dispatching = False
+
+    async def _snapshot(self, arm: str) -> scrape.Snapshot | None:
+        try:
+            resp = await http.get(self.metric_pools[arm], "/metrics", limit_s=10.0)
+            if resp.status != 200:
+                return None
+            return scrape.parse(resp.body.decode("utf-8", "replace"))
+        except (http.HttpError, TimeoutError, ValueError) as exc:
+            log.warning("scraping %s /metrics failed: %s", arm, exc)
+            return None
+
+    async def _snapshots(self) -> dict[str, scrape.Snapshot | None]:
+        snaps = await asyncio.gather(*(self._snapshot(arm) for arm in self.arms))
+        return dict(zip(self.arms, snaps, strict=True))
+
+    async def _watch_gauges(self, st: _StageState) -> None:
+        while True:
+            await asyncio.sleep(self.plan.scrape_interval_s)
+            for arm, snap in (await self._snapshots()).items():
+                value = snap.values.get(scrape.KV_USAGE) if snap else None
+                if value is not None:
+                    st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
+
+    async def _stage(self, sp: StagePlan, position: int) -> None:
+        st = _StageState(sp)
+        self.current = st
+        load = f"{sp.rate:g} req/s" if sp.rate is not None else f"concurrency {sp.concurrency}"
+        self._emit(StageStarted(sp.name, position, len(self.plan.stages), len(sp.requests), load, sp.warmup))
+        scraping = self.plan.scrape_metrics and not sp.warmup
+        before = await self._snapshots() if scraping else {}
+        watcher = None
+        if scraping and self.plan.scrape_interval_s > 0:
+            watcher = asyncio.get_running_loop().create_task(self._watch_gauges(st))
+        # connections ready before the first send (open loop: a guess; closed loop: exact)
+        warm = sp.concurrency if sp.concurrency else min(256, max(4, int((sp.rate or 1) * 2)))
+        await asyncio.gather(*(self.pools[arm].prewarm(warm) for arm in self.arms))
+        # no cyclic GC inside a stage: a full collection over the records pauses the loop for
+        # milliseconds, which would show up as measurement error; collect at the boundary instead
+        gc.collect()
+        gc.disable()
+        try:
+            if sp.open_loop:
+                await self._open_loop(st)
+            else:
+                await self._closed_loop(st)
+            while st.tasks:  # drain
+                await asyncio.gather(*list(st.tasks))
+            await self._parse_queue.join()
+        finally:
+            gc.enable()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        after = await self._snapshots() if scraping else {}
+        for arm, snap in after.items():
+            value = snap.values.get(scrape.KV_USAGE) if snap else None
+            if value is not None:
+                st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
+        self._flush_pending(st)
+        window = self._window(st)
+        if scraping:
+            window.server = {
+                arm: scrape.delta(before.get(arm), after.get(arm), st.kv_max.get(arm)) for arm in self.arms
+            }
+        self.windows.append(window)
+        self.current = None
+        self._write_windows()
+        self._emit(StageFinished(sp.name, st.stopped_early, window))
+
+    def _window(self, st: _StageState) -> records.StageWindow:
+        start = st.start or time.monotonic()
+        end = st.last_end or time.monotonic()
+        return records.StageWindow(
+            stage=st.plan.name,
+            start=start - self.anchor.monotonic,
+            end=max(end, start) - self.anchor.monotonic,
+            stopped_early=st.stopped_early,
+        )
+
+    async def _ticker(self) -> None:
+        expected = time.monotonic() + TICK_S
+        while True:
+            await asyncio.sleep(max(0.0, expected - time.monotonic()))
+            now = time.monotonic()
+            self.loop_lags.append((now - expected) * 1e3)
+            expected = max(expected + TICK_S, now)
+
+    async def run(self) -> RunResult:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.file = (self.out_dir / REQUESTS_FILE).open("w", encoding="utf-8")
+        ticker = asyncio.get_running_loop().create_task(self._ticker())
+        parser = asyncio.get_running_loop().create_task(self._parser())
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        interrupted = False
+        try:
+            for position, sp in enumerate(self.plan.stages):
+                await self._stage(sp, position)
+        except asyncio.CancelledError:
+            interrupted = True
+            raise
+        finally:
+            st = self.current
+            if st is not None:  # interrupted mid-stage: keep what it measured
+                for task in list(st.tasks):
+                    task.cancel()
+                await asyncio.gather(*list(st.tasks), return_exceptions=True)
+            parser.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await parser
+            self._parse_backlog()
+            if st is not None:
+                self._flush_pending(st)
+                self.windows.append(self._window(st))
+                self._write_windows()
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            cpu = (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9) * 100
+            self.summary = summary.build(
+                self.plan,
+                self.records,
+                self.windows,
+                self.anchor,
+                loop_lags_ms=self.loop_lags,
+                cpu_percent=cpu,
+                interrupted=interrupted,
+                connections={a: p.opened for a, p in self.pools.items()},
+            )
+            (self.out_dir / SUMMARY_FILE).write_text(
+                json.dumps(self.summary, indent=1) + "\n", encoding="utf-8"
+            )
+            self.file.close()
+            for pool in [*self.pools.values(), *self.metric_pools.values()]:
+                pool.close()
+        return RunResult(self.out_dir, self.anchor, self.windows, self.summary, self.written, interrupted)
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when installed (for `asyncio.Runner(loop_factory=...)`), else None."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+async def run(
+    plan: Plan,
+    endpoints: Mapping[str, Endpoint],
+    out_dir: Path,
+    *,
+    stop_rule: StopRule | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Run every stage of `plan` against the arms in `endpoints` (`control`, `treatment`).
+
+    Writes `requests.jsonl`, `windows.json` and `loadgen-summary.json` under `out_dir`. Request
+    failures are recorded, never raised. Cancelling the task keeps what was measured (the files
+    are complete up to the cancellation) and re-raises `CancelledError`.
+    """
+    if not endpoints:
+        raise ValueError("no endpoint to load")
+    return await _Run(plan, endpoints, out_dir, stop_rule, progress).run()

@@ -1,0 +1,84 @@
+"""Server-side counters from each arm's `/metrics` at stage boundaries (vllm-0.33-facts §3).
+
+A `Snapshot` sums every sample of a metric over its label sets (per `position` for the per-position
+acceptance counter); the stage's `ArmServerMetrics` is the difference of the snapshots at its end
+and its start, plus the largest `vllm:kv_cache_usage_perc` seen by the periodic scrapes in between.
+Scrape the pod, not a load-balanced Service (loadgen-anchors (c)11): in a cluster the operator
+reads Prometheus per pod instead, so this is optional.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specdecode.experiment import records
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+SUCCESS = "vllm:request_success_total"
+GENERATION = "vllm:generation_tokens_total"
+PROMPT = "vllm:prompt_tokens_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCESS, GENERATION, PROMPT, PREEMPTIONS)
+
+
+@dataclass
+class Snapshot:
+    """Sums of the metrics we keep, from one scrape."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    per_position: dict[int, float] = field(default_factory=dict)
+
+
+def parse(text: str) -> Snapshot:
+    """Parse Prometheus text exposition; unknown metrics are ignored."""
+    snap = Snapshot()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if name == ACCEPTED_PER_POS:
+                try:
+                    pos = int(sample.labels.get("position", ""))
+                except ValueError:
+                    continue
+                snap.per_position[pos] = snap.per_position.get(pos, 0.0) + sample.value
+            elif name in _COUNTERS or name == KV_USAGE:
+                snap.values[name] = snap.values.get(name, 0.0) + sample.value
+    return snap
+
+
+def delta(before: Snapshot | None, after: Snapshot | None, kv_max: float | None) -> records.ArmServerMetrics:
+    """Counter deltas over a window (None where a scrape or the metric is missing)."""
+
+    def d(name: str) -> float | None:
+        if before is None or after is None or name not in after.values:
+            return None
+        return after.values[name] - before.values.get(name, 0.0)
+
+    per_pos: list[float] = []
+    if before is not None and after is not None and after.per_position:
+        per_pos = [
+            after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)
+            for p in range(max(after.per_position) + 1)
+        ]
+    extra: dict[str, float] = {}
+    for name, key in ((PROMPT, "prompt_tokens"), (PREEMPTIONS, "preemptions")):
+        value = d(name)
+        if value is not None:
+            extra[key] = value
+    return records.ArmServerMetrics(
+        source="metrics",
+        num_drafts=d(DRAFTS),
+        num_draft_tokens=d(DRAFT_TOKENS),
+        num_accepted_tokens=d(ACCEPTED),
+        accepted_per_position=per_pos,
+        kv_cache_usage_max=kv_max,
+        requests_success=d(SUCCESS),
+        generation_tokens=d(GENERATION),
+        extra=extra,
+    )

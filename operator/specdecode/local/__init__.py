@@ -1,0 +1,1 @@
+"""`specdecode run --local`: the whole experiment on one machine."""

@@ -1,0 +1,200 @@
+"""Both arms as local processes: the simulator, `vllm serve` on local GPUs, or servers given by URL.
+
+Each arm runs exactly the command line the operator would render (`manifests.serve_args`), bound
+to 127.0.0.1 on a free port instead of 0.0.0.0:8000. Processes start in their own session so that
+stopping an arm stops everything it spawned; `Engines` stops all of them on exit, on failure and on
+Ctrl-C, and a stopped arm's log tail is kept for the error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from specdecode.experiment import manifests, spec
+
+
+class EngineError(Exception):
+    """An arm could not start or stopped serving; the message names the arm and the cause."""
+
+
+@dataclass
+class Arm:
+    """One running arm."""
+
+    arm: spec.Arm
+    url: str
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    argv: list[str] = field(default_factory=list)
+
+    def exit_code(self) -> int | None:
+        """None while running (or when not ours)."""
+        return None if self.process is None else self.process.poll()
+
+    def log_tail(self, lines: int = 8) -> str:
+        """The last lines of the arm's log, for error messages."""
+        if self.log is None or not self.log.exists():
+            return ""
+        text = self.log.read_text(errors="replace").strip().splitlines()
+        return "\n".join(text[-lines:])
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def local_argv(s: spec.ExperimentSpec, arm: spec.Arm, port: int) -> list[str]:
+    """The rendered command line, bound to loopback on `port`."""
+    argv = manifests.serve_args(s, arm)
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    argv[argv.index("--port") + 1] = str(port)
+    if argv[:2] == ["specdecode", "sim"]:
+        argv = [sys.executable, "-m", "specdecode", *argv[1:]]
+    return argv
+
+
+def gpu_count() -> int:
+    """GPUs visible through nvidia-smi (0 without one)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def engine_kind(s: spec.ExperimentSpec) -> str:
+    """`simulator`, or `vllm` when vLLM and a GPU are here; raises EngineError otherwise."""
+    if s.engine.simulator is not None:
+        return "simulator"
+    if shutil.which("vllm") is None or gpu_count() == 0:
+        raise EngineError(
+            "this experiment runs vLLM (spec.engine.simulator is not set) but vLLM or a GPU is missing here; "
+            "set spec.engine.simulator to run on the simulator, or pass --control-url and --treatment-url "
+            "for servers already running"
+        )
+    return "vllm"
+
+
+class Engines:
+    """Starts, watches and stops the arms of one run (a context manager)."""
+
+    def __init__(self, s: spec.ExperimentSpec, logs: Path) -> None:
+        self.spec = s
+        self.logs = logs
+        self.arms: dict[spec.Arm, Arm] = {}
+
+    def __enter__(self) -> Engines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    def attach(self, urls: Mapping[spec.Arm, str]) -> None:
+        """Use servers that are already running."""
+        for arm, url in urls.items():
+            self.arms[arm] = Arm(arm, url.rstrip("/"))
+
+    def start(self, arm: spec.Arm, *, gpus: str | None = None) -> Arm:
+        """Start one arm's process; returns at once (see `wait_healthy`)."""
+        port = free_port()
+        argv = local_argv(self.spec, arm, port)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{arm.value}.log"
+        env = dict(os.environ)
+        env.update({e.name: e.value for e in self.spec.engine.env if e.value is not None})
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                argv,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        started = Arm(arm, f"http://127.0.0.1:{port}", process, log, argv)
+        self.arms[arm] = started
+        return started
+
+    def wait_healthy(self, deadline_s: float) -> None:
+        """Until every arm answers `/health` with 200; EngineError naming the arm otherwise."""
+        end = time.monotonic() + deadline_s
+        pending = dict(self.arms)
+        with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+            while pending:
+                for arm, state in list(pending.items()):
+                    code = state.exit_code()
+                    if code is not None:
+                        raise EngineError(
+                            f"{arm.value} arm exited with status {code} before it became healthy:\n{state.log_tail()}"
+                        )
+                    with contextlib.suppress(httpx.HTTPError):
+                        if client.get(f"{state.url}/health").status_code == 200:
+                            del pending[arm]
+                if pending and time.monotonic() > end:
+                    names = " and ".join(a.value for a in pending)
+                    tails = "\n".join(f"[{a.value}] {s.log_tail(4)}" for a, s in pending.items())
+                    raise EngineError(
+                        f"{names} not healthy within spec.deadlines.deploy ({self.spec.deadlines.deploy}):\n{tails}"
+                    )
+                if pending:
+                    time.sleep(0.1)
+
+    def crashed(self) -> Arm | None:
+        """The first arm whose process has exited, if any."""
+        return next((a for a in self.arms.values() if a.exit_code() is not None), None)
+
+    def stop(self, arm: spec.Arm) -> None:
+        """SIGTERM the arm's process group, then SIGKILL after 10 s."""
+        state = self.arms.get(arm)
+        if state is None or state.process is None or state.process.poll() is not None:
+            return
+        _signal_group(state.process, signal.SIGTERM)
+        try:
+            state.process.wait(10)
+        except subprocess.TimeoutExpired:
+            _signal_group(state.process, signal.SIGKILL)
+            state.process.wait(5)
+
+    def stop_all(self) -> None:
+        """Stop every process this run started."""
+        for arm in list(self.arms):
+            self.stop(arm)
+
+    def pids(self) -> list[int]:
+        """PIDs of the processes started (for tests)."""
+        return [a.process.pid for a in self.arms.values() if a.process is not None]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Engines]:
+        """Stop everything on leaving, whatever happened."""
+        try:
+            yield self
+        finally:
+            self.stop_all()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)

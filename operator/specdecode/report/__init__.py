@@ -1,0 +1,1 @@
+"""The report: HTML, plots and the terminal summary."""

@@ -1,0 +1,245 @@
+"""report.html: one self-contained page (inline CSS and SVG, no scripts, no network) per experiment.
+
+Sections: the verdict and why; speed-up versus load with confidence bars; per-stage tables of TTFT,
+TPOT and E2E quantiles per arm with tail speed-ups and guardrails; latency CDFs per arm and stage;
+acceptance per draft position (each source); the validity block; provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from html import escape
+
+from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.spec import ExperimentSpec
+from specdecode.experiment.status import ArmSummary, ExperimentStatus, StageResult, StageVerdict
+from specdecode.report import svg
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;
+padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;
+text-align:right}th{background:#f6f6f6}td.l,th.l{text-align:left}
+.verdict{display:inline-block;padding:.2em .7em;border-radius:.3em;color:#fff;font-weight:bold}
+.Promote,.Pass{background:#2b8a3e}.Reject,.Fail{background:#c92a2a}.Inconclusive{background:#e67700}
+.Failed{background:#495057}.plots{display:flex;flex-wrap:wrap;gap:.5em}.muted{color:#777}
+code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.6em;overflow:auto}
+"""
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
+
+
+def _ci(est: float | None, low: float | None, high: float | None, suffix: str = "x") -> str:
+    if est is None:
+        return "–"
+    if low is None or high is None:
+        return f"{est:.2f}{suffix}"
+    return f"{est:.2f}{suffix} [{low:.2f}, {high:.2f}]"
+
+
+def _badge(text: str) -> str:
+    return f'<span class="verdict {escape(text)}">{escape(text)}</span>'
+
+
+def _arm_table(stage: StageResult) -> str:
+    rows = []
+    header = (
+        "<tr><th class=l>arm</th><th>requests</th><th>errors</th>"
+        + "".join(f"<th>{m} {q}</th>" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99"))
+        + "<th>output tok/s</th></tr>"
+    )
+    for name, arm in (("control", stage.control), ("treatment", stage.treatment)):
+        cells = [
+            _num(getattr(arm, f"{m}_{q}")) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99")
+        ]
+        rows.append(
+            f"<tr><td class=l>{name}</td><td>{arm.requests}</td><td>{arm.errors}</td>"
+            + "".join(f"<td>{c}</td>" for c in cells)
+            + f"<td>{_num(arm.output_tokens_per_second, 4)}</td></tr>"
+        )
+    return (
+        f"<table>{header}{''.join(rows)}</table><p class=muted>latencies in ms, successful requests only</p>"
+    )
+
+
+def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
+    cells = []
+    for m in ("ttft", "tpot", "e2e"):
+        for q in ("p50", "p90", "p99"):
+            c, t = getattr(control, f"{m}_{q}"), getattr(treatment, f"{m}_{q}")
+            cells.append(_num(c / t if c and t else None))
+    return (
+        "<tr><td class=l>control / treatment</td><td></td><td></td>"
+        + "".join(f"<td>{c}</td>" for c in cells)
+        + "<td></td></tr>"
+    )
+
+
+def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+    sp = stage.speedup
+    out = [
+        f"<h3>{escape(stage.name)} <span class=muted>({escape(stage.load or '')})</span> {_badge(stage.verdict)}</h3>"
+    ]
+    if sp is not None:
+        out.append(
+            f"<p>{escape(sp.metric)} speed-up <b>{escape(_ci(sp.estimate, sp.ci_low, sp.ci_high))}</b> "
+            f"from {sp.n} pairs ({escape(sp.method or '')}; p = {_num(sp.p_value, 2)})"
+            + (" — stopped early by the sequential rule" if stage.stopped_early else "")
+            + (f"; ~{stage.batch_size:.1f} running requests" if stage.batch_size is not None else "")
+            + "</p>"
+        )
+    if stage.reasons:
+        out.append("<ul>" + "".join(f"<li>{escape(r)}</li>" for r in stage.reasons) + "</ul>")
+    table = _arm_table(stage)
+    out.append(table.replace("</table>", _speedup_ratio_row(stage.control, stage.treatment) + "</table>", 1))
+    if stage.tails:
+        out.append(
+            "<table><tr><th class=l>quantile</th><th>speed-up [CI]</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{escape(t.metric)} p{t.quantile * 100:g}</td><td>{escape(_ci(t.estimate, t.ci_low, t.ci_high))}</td></tr>"
+                for t in stage.tails
+            )
+            + "</table>"
+        )
+    if stage.guardrails:
+        out.append(
+            "<table><tr><th class=l>guardrail</th><th>estimate</th><th>interval</th><th>limit</th>"
+            "<th class=l>outcome</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{escape(g.name)}</td><td>{_num(g.estimate)}</td>"
+                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td></tr>"
+                for g in stage.guardrails
+            )
+            + "</table>"
+        )
+    acc = stage.acceptance
+    if acc is not None:
+        out.append(
+            f"<p>acceptance rate {_num(acc.rate)} (source {escape(acc.source or '–')}), mean length "
+            f"{_num(acc.mean_length)}; estimates {escape(json.dumps({k: round(v, 3) for k, v in acc.sources.items()}))}"
+            + ("" if acc.agreement is None else (" — agree" if acc.agreement else " — <b>DISAGREE</b>"))
+            + "</p>"
+        )
+    mine = [r for r in records if r.stage == stage.name and not r.warmup and r.ok]
+    plots = []
+    for metric, attr in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")):
+        series = {
+            arm: [getattr(r, attr) for r in mine if r.arm == arm and getattr(r, attr) is not None]
+            for arm in ("control", "treatment")
+        }
+        plots.append(svg.cdf(f"{metric} at {stage.name}", series, xlabel=f"{metric} ms"))
+    if acc is not None and acc.per_position:
+        plots.append(
+            svg.bars(
+                f"acceptance per draft position at {stage.name}",
+                {acc.source or "": acc.per_position},
+                xlabel="draft position",
+                ylabel="accepted fraction",
+            )
+        )
+    out.append('<div class="plots">' + "".join(plots) + "</div>")
+    return "".join(out)
+
+
+def render_html(
+    status: ExperimentStatus,
+    records: Sequence[RequestRecord],
+    windows: Sequence[StageWindow],
+    spec: ExperimentSpec,
+    *,
+    name: str = "",
+) -> str:
+    """The whole report as one HTML string."""
+    title = f"specdecode report{': ' + name if name else ''}"
+    verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
+    head = [
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        f"<p>{_badge(verdict)} <code>{escape(status.reason or '')}</code></p>",
+        f"<p>{escape(status.message or '')}</p>",
+        f"<p class=muted>model {escape(spec.model)}; speculative {escape(spec.speculative.method)} "
+        f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}; "
+        f"primary metric {escape(spec.analysis.primary_metric)}; minSpeedup {spec.analysis.min_speedup:g}; "
+        f"confidence {spec.analysis.confidence:g}; requireStages {escape(json.dumps(spec.analysis.require_stages))}; "
+        f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
+    ]
+    body: list[str] = []
+    metric = spec.analysis.primary_metric.value
+    points = [
+        svg.Interval(
+            f"{s.name}",
+            s.speedup.estimate,
+            s.speedup.ci_low,
+            s.speedup.ci_high,
+            {StageVerdict.PASS: "#2b8a3e", StageVerdict.FAIL: "#c92a2a"}.get(s.verdict, "#e67700"),
+        )
+        for s in status.stages
+        if s.speedup is not None and s.speedup.estimate is not None
+    ]
+    body.append("<h2>Speed-up versus load</h2>")
+    body.append(
+        svg.intervals(
+            f"{metric} speed-up (control / treatment)",
+            points,
+            ylabel="speed-up",
+            reference=spec.analysis.min_speedup,
+            reference_label=f"minSpeedup {spec.analysis.min_speedup:g}",
+        )
+    )
+    rec = status.recommendation
+    if rec is not None:
+        body.append("<h2>Recommendation</h2><p>" + escape(rec.note or "") + "</p>")
+        if rec.num_speculative_tokens_per_batch_size is not None:
+            cfg = {"num_speculative_tokens_per_batch_size": rec.num_speculative_tokens_per_batch_size}
+            body.append(f"<p>Add to the speculative config:</p><pre>{escape(json.dumps(cfg))}</pre>")
+    body.append("<h2>Stages</h2>")
+    for stage in status.stages:
+        body.append(_stage_section(stage, records))
+    body.append("<h2>Validity</h2>")
+    body.append(
+        f"<pre>{escape(json.dumps(status.validity, indent=2))}</pre>"
+        if status.validity
+        else "<p class=muted>no validity block was recorded</p>"
+    )
+    if windows:
+        body.append(
+            "<table><tr><th class=l>stage</th><th>window s</th><th class=l>stopped early</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{escape(w.stage)}</td><td>{w.end - w.start:.1f}</td><td class=l>{w.stopped_early}</td></tr>"
+                for w in windows
+            )
+            + "</table>"
+        )
+    body.append("<h2>Provenance</h2>")
+    env = status.environment.wire() if status.environment is not None else {}
+    prov = {
+        "model": spec.model,
+        "modelRevision": spec.model_revision or None,
+        "image": spec.engine.image,
+        "speculative": spec.speculative.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "simulator": spec.engine.simulator.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if spec.engine.simulator
+        else None,
+        **env,
+    }
+    body.append(
+        "<table>"
+        + "".join(
+            f"<tr><th class=l>{escape(k)}</th><td class=l>{escape(json.dumps(v))}</td></tr>"
+            for k, v in prov.items()
+            if v not in (None, [], {})
+        )
+        + "</table>"
+    )
+    body.append(
+        "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
+        "with an always-valid confidence sequence when sequential analysis is on (else a paired t "
+        "interval); tails by paired bootstrap; error rate and output match by Clopper–Pearson.</p>"
+    )
+    return "".join(head + body) + "</body></html>\n"

@@ -1,0 +1,80 @@
+"""The terminal summary: one rich table of the stages, the verdict line and the recommendation."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from specdecode.experiment.status import ExperimentStatus
+
+_STYLE = {
+    "Promote": "bold green",
+    "Pass": "green",
+    "Reject": "bold red",
+    "Fail": "red",
+    "Inconclusive": "yellow",
+    "Failed": "bold white on red",
+}
+
+
+def _n(v: float | None, fmt: str = ".1f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def render_terminal(status: ExperimentStatus) -> RenderableType:
+    """A rich renderable: verdict, reason and message; per-stage table; recommendation."""
+    verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
+    head = Text.assemble(
+        (verdict, _STYLE.get(verdict, "bold")),
+        "  ",
+        (status.reason or "", "cyan"),
+        "  ",
+        status.message or "",
+    )
+    table = Table(title="stages", show_lines=False)
+    for col in (
+        "stage",
+        "load",
+        "pairs",
+        "speed-up [CI]",
+        "TPOT p50 c/t ms",
+        "TTFT p90 c/t ms",
+        "errors c/t",
+        "acceptance",
+        "output match",
+        "verdict",
+    ):
+        table.add_column(col, justify="left" if col in {"stage", "load", "verdict"} else "right")
+    for s in status.stages:
+        sp = s.speedup
+        ci = "–"
+        if sp is not None and sp.estimate is not None:
+            ci = f"{sp.estimate:.2f}x"
+            if sp.ci_low is not None and sp.ci_high is not None:
+                ci += f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]"
+        acc = s.acceptance
+        table.add_row(
+            s.name,
+            s.load or "",
+            str(sp.n if sp else 0),
+            ci,
+            f"{_n(s.control.tpot_p50, '.2f')} / {_n(s.treatment.tpot_p50, '.2f')}",
+            f"{_n(s.control.ttft_p90)} / {_n(s.treatment.ttft_p90)}",
+            f"{s.control.errors} / {s.treatment.errors}",
+            "–"
+            if acc is None or acc.rate is None
+            else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
+            "–" if s.output_match is None else f"{s.output_match:.1%}",
+            Text(
+                str(s.verdict) + (" (early)" if s.stopped_early else ""), style=_STYLE.get(str(s.verdict), "")
+            ),
+        )
+    parts: list[RenderableType] = [head, table]
+    rec = status.recommendation
+    if rec is not None:
+        line = f"recommendation: {rec.note or ''}"
+        if rec.num_speculative_tokens_per_batch_size is not None:
+            line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
+        parts.append(Text(line))
+    return Group(*parts)

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from specdecode.controller import observe
+from specdecode.experiment import spec
+
+
+def pod(name: str, arm: str | None = None, component: str = "engine", **status: Any) -> dict[str, Any]:
+    labels = {"specdecode.io/experiment": "exp", "app.kubernetes.io/component": component}
+    if arm:
+        labels["specdecode.io/arm"] = arm
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": "gpu-0"}, "status": status}
+
+
+def deployment(name: str, ready: int = 0, generation: int | None = 1) -> dict[str, Any]:
+    annotations = {} if generation is None else {"specdecode.io/generation": str(generation)}
+    return {"metadata": {"name": name, "annotations": annotations}, "status": {"readyReplicas": ready}}
+
+
+def test_unschedulable_pods_carry_the_scheduler_message_and_since_when() -> None:
+    state = observe.pod_state(
+        pod(
+            "p",
+            "control",
+            phase="Pending",
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                    "lastTransitionTime": "2026-11-30T12:00:00Z",
+                }
+            ],
+        )
+    )
+    assert state.unschedulable == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert state.unschedulable_since == datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+
+def test_crash_loops_report_the_last_exit() -> None:
+    state = observe.pod_state(
+        pod(
+            "p",
+            "treatment",
+            phase="Running",
+            containerStatuses=[
+                {
+                    "name": "engine",
+                    "ready": False,
+                    "restartCount": 3,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                }
+            ],
+        )
+    )
+    assert (state.waiting_reason, state.last_terminated_reason, state.last_exit_code) == (
+        "CrashLoopBackOff",
+        "OOMKilled",
+        137,
+    )
+    assert state.restarts == 3 and not state.ready
+
+
+def test_observe_splits_arms_and_flags_stale_children() -> None:
+    observed = observe.observe(
+        "exp",
+        2,
+        deployments=[
+            deployment("exp-control", ready=1, generation=2),
+            deployment("exp-treatment", generation=1),
+        ],
+        pods=[pod("c", "control", phase="Running"), pod("t", "treatment"), pod("l", component="load")],
+        jobs=[],
+    )
+    assert observed.arms[spec.Arm.CONTROL].ready
+    assert not observed.arms[spec.Arm.TREATMENT].exists  # built for generation 1: stale, not counted
+    assert observed.stale_children == ("exp-treatment",)
+    assert observed.any_children
+
+
+def test_job_conditions() -> None:
+    failed = {
+        "metadata": {"name": "exp-load"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the limit",
+                }
+            ]
+        },
+    }
+    state = observe.job_state(
+        failed,
+        [
+            pod(
+                "l",
+                component="load",
+                phase="Failed",
+                containerStatuses=[{"state": {"terminated": {"reason": "Error", "exitCode": 3}}}],
+            )
+        ],
+    )
+    assert state.failed and state.reason == "BackoffLimitExceeded"
+    assert state.pod is not None and state.pod.last_exit_code == 3
+    done = {
+        "metadata": {"name": "exp-load"},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+    }
+    assert observe.job_state(done, []).succeeded
+    assert not observe.job_state(None, []).exists

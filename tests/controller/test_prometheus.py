@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+
+import pytest
+
+from specdecode.controller import prometheus
+from specdecode.experiment import promql
+
+LABELS = {"namespace": "llm", "specdecode_io_experiment": "exp", "specdecode_io_arm": "treatment"}
+
+
+class FakeSource:
+    """Canned answers by metric name, as Prometheus would give them (strings, NaN, empty)."""
+
+    def __init__(self, answers: Mapping[str, list[tuple[dict[str, str], str]]]) -> None:
+        self.answers = answers
+        self.queries: list[str] = []
+
+    def query(self, expression: str, at: float) -> list[promql.Sample]:
+        self.queries.append(expression)
+        for metric, series in self.answers.items():
+            if metric in expression:
+                return [promql.Sample(labels, float(value)) for labels, value in series]
+        return []
+
+
+def test_selectors_escape_label_values() -> None:
+    assert promql.selector({"a": 'x"y\\z'}) == '{a="x\\"y\\\\z"}'
+
+
+def test_increase_covers_the_stage_plus_a_scrape_on_each_side() -> None:
+    query = promql.increase(promql.SPEC_ACCEPTED, LABELS, 30.2, by="pod")
+    assert query.startswith("sum by (pod)(increase(vllm:spec_decode_num_accepted_tokens_total{")
+    assert query.endswith("[33s]))")
+
+
+def test_treatment_counters_are_read_per_position() -> None:
+    source = FakeSource(
+        {
+            "up": [({}, "1")],
+            "per_pos": [({"position": "1"}, "60"), ({"position": "0"}, "80")],
+            "num_drafts": [({"pod": "a"}, "100")],
+            "num_draft_tokens": [({"pod": "a"}, "400")],
+            "num_accepted_tokens_total": [({"pod": "a"}, "250"), ({"pod": "b"}, "NaN")],
+            "request_success": [({"pod": "exp-treatment-1"}, "12")],
+        }
+    )
+    metrics = prometheus.arm_metrics(source, LABELS, start=0, end=30, speculative=True)
+    assert metrics.source == "prometheus"
+    assert metrics.num_drafts == 100 and metrics.num_draft_tokens == 400
+    assert metrics.num_accepted_tokens == 250  # NaN series ignored
+    assert metrics.accepted_per_position == [80, 60]
+    assert metrics.extra["requestsPerPod"] == {"exp-treatment-1": 12}
+
+
+def test_the_control_arm_has_no_speculative_queries() -> None:
+    source = FakeSource({"up": [({}, "1")]})
+    metrics = prometheus.arm_metrics(source, LABELS, start=0, end=30, speculative=False)
+    assert metrics.num_drafts is None
+    assert not any("spec_decode" in q for q in source.queries)
+
+
+def test_no_scraped_target_is_no_data() -> None:
+    with pytest.raises(prometheus.PrometheusNoData, match="no scraped target"):
+        prometheus.arm_metrics(FakeSource({}), LABELS, start=0, end=30, speculative=True)
+
+
+def test_an_unreachable_prometheus_is_unavailable() -> None:
+    source = prometheus.PrometheusSource("http://127.0.0.1:1", timeout=1)
+    with pytest.raises(prometheus.PrometheusUnavailable):
+        source.query("up", 0)
+
+
+def test_canned_json_with_nan_and_empty_values() -> None:
+    answer = json.loads(
+        '[{"metric": {"pod": "a"}, "value": [1, "NaN"]}, {"metric": {}, "value": [1, "2.5"]}]'
+    )
+    samples = [promql.Sample(s["metric"], float(s["value"][1])) for s in answer]
+    assert math.isnan(samples[0].value) and samples[1].value == 2.5

@@ -1,0 +1,128 @@
+"""Fixtures for the e2e tests: a real control plane (or $KUBECONFIG's cluster), fake GPU nodes,
+the experiment CRD, per-test namespaces and a real Prometheus. See README.md here."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
+
+from experiment_crd import CRD_FILE, CRD_NAME
+from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, gpu_node, node_schedulable
+from k8s_cluster import (
+    Cluster,
+    ControlPlane,
+    MissingBinariesError,
+    external_cluster,
+    find_bin_dir,
+    wait_for,
+)
+from prometheus_server import Prometheus, PrometheusMissingError, find_prometheus
+
+# Extra feature gates for the built-in apiserver (kopf's shard_selectors need this one, k8s >= 1.36).
+FEATURE_GATES = ("ShardedListAndWatch=true",)
+
+
+def use_external_cluster() -> bool:
+    return bool(os.environ.get("KUBECONFIG")) and os.environ.get("SPECDECODE_TEST_CLUSTER") != "builtin"
+
+
+@pytest.fixture(scope="session")
+def k8s_bin_dir() -> Path:
+    try:
+        return find_bin_dir()
+    except MissingBinariesError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def control_plane_factory(k8s_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Starts extra control planes (each in a fresh temp dir) and stops them all at session end."""
+    started: list[ControlPlane] = []
+
+    def start(**kwargs: Any) -> ControlPlane:
+        cp = ControlPlane(k8s_bin_dir, workdir=tmp_path_factory.mktemp("k8s"), **kwargs)
+        started.append(cp)
+        cp.start()
+        return cp
+
+    yield start
+    for cp in reversed(started):
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(k8s_bin_dir: Path, control_plane_factory: Any) -> Cluster:
+    """The cluster under test: $KUBECONFIG's (unless SPECDECODE_TEST_CLUSTER=builtin), else a fresh one."""
+    if use_external_cluster():
+        return external_cluster(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), k8s_bin_dir)
+    cp: ControlPlane = control_plane_factory(feature_gates=FEATURE_GATES)
+    assert cp.cluster is not None
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.items())
+    print(f"\ncontrol plane up in {cp.workdir}: {timings}", file=sys.stderr)
+    return cp.cluster
+
+
+@pytest.fixture(scope="session")
+def gpu_nodes(cluster: Cluster) -> list[str]:
+    """Names of Ready GPU nodes. Built-in cluster: two fake kwok nodes with 8 H200 each."""
+    if cluster.builtin:
+        items = {"apiVersion": "v1", "kind": "List", "items": [gpu_node(n) for n in GPU_NODE_NAMES]}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(items))
+    else:
+        found = cluster.get_json("nodes", "-l", f"nvidia.com/gpu.product={GPU_PRODUCT}")["items"]
+        if not found:
+            pytest.skip(
+                f"the cluster from KUBECONFIG has no node labelled nvidia.com/gpu.product={GPU_PRODUCT}"
+            )
+    selector = f"nvidia.com/gpu.product={GPU_PRODUCT}"
+
+    def ready_names() -> list[str]:
+        nodes = cluster.get_json("nodes", "-l", selector)["items"]
+        names = sorted(n["metadata"]["name"] for n in nodes if node_schedulable(n))
+        return names if names and len(names) == len(nodes) else []
+
+    return list(wait_for("GPU nodes Ready and untainted by the node controller", ready_names))
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Cluster) -> Path:
+    """Installs the experiment CRD (crds/, generated from the typed models)."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    return CRD_FILE
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting for finalization)."""
+    base = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower()).strip("-")
+    name = f"e2e-{base[:40].rstrip('-')}-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture(scope="session")
+def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus that discovers pods through the cluster's API server."""
+    if not (cluster.api_url and cluster.token and cluster.ca_file):
+        pytest.skip("Prometheus discovery needs a token and CA file in the kubeconfig")
+    prom = Prometheus(cluster, workdir=tmp_path_factory.mktemp("prometheus"))
+    try:
+        prom.binary = find_prometheus(cluster.bin_dir)
+    except PrometheusMissingError as e:
+        pytest.fail(str(e), pytrace=False)
+    prom.start()
+    try:
+        yield prom
+    finally:
+        prom.stop()

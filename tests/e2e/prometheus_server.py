@@ -1,0 +1,173 @@
+"""A real Prometheus on loopback that discovers pods through a Kubernetes API server.
+
+The scrape config is the one the project relies on: kubernetes_sd (role pod) against the API
+server, keeping pods labelled ``app.kubernetes.io/managed-by=specdecode-operator`` or annotated
+``prometheus.io/scrape=true``, scraping ``<podIP>:<prometheus.io/port or 8000><prometheus.io/path
+or /metrics>``, with the target labels ``specdecode_io_experiment``, ``specdecode_io_arm``, ``namespace`` and ``pod``
+(what the usual ``labelmap`` of ``__meta_kubernetes_pod_label_(.+)`` gives, and what the operator's
+settings expect by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from k8s_cluster import Cluster, Component, free_port, http_ok, start_process, stop_process, wait_until
+
+JOB_NAME = "specdecode-pods"
+DEFAULT_METRICS_PORT = 8000
+
+# Pod label -> target label. The operator's PromQL selects by these (controller/settings.py defaults).
+COPIED_POD_LABELS = {
+    "specdecode_io_experiment": "specdecode_io_experiment",
+    "specdecode_io_arm": "specdecode_io_arm",
+}
+
+
+class PrometheusMissingError(RuntimeError):
+    pass
+
+
+def find_prometheus(bin_dir: Path) -> str:
+    """$SPECDECODE_PROMETHEUS, else the one hack/build-k8s-bins.sh builds.
+
+    Not Debian's: its prometheus package is built without kubernetes_sd_configs.
+    """
+    path = os.environ.get("SPECDECODE_PROMETHEUS") or str(bin_dir / "prometheus")
+    if not os.access(path, os.X_OK):
+        raise PrometheusMissingError(
+            f"prometheus not found at {path}. Build it with `make k8s-bins` (hack/build-k8s-bins.sh); "
+            "`make test` does this."
+        )
+    return path
+
+
+def scrape_config(api_url: str, ca_file: Path, token_file: Path, interval: str = "1s") -> str:
+    """prometheus.yml (JSON, which is YAML) for pod discovery through the given API server."""
+    relabel: list[dict[str, Any]] = [
+        # keep: managed by the operator, or opted in by annotation
+        {
+            "source_labels": [
+                "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by",
+                "__meta_kubernetes_pod_annotation_prometheus_io_scrape",
+            ],
+            "separator": ";",
+            "regex": "specdecode-operator;.*|.*;true",
+            "action": "keep",
+        },
+        {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": ".+", "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Succeeded|Failed", "action": "drop"},
+        # one target per pod, whatever its container ports
+        {
+            "source_labels": ["__meta_kubernetes_pod_ip"],
+            "regex": "(.+)",
+            "target_label": "__address__",
+            "replacement": f"$1:{DEFAULT_METRICS_PORT}",
+        },
+        {
+            "source_labels": [
+                "__meta_kubernetes_pod_ip",
+                "__meta_kubernetes_pod_annotation_prometheus_io_port",
+            ],
+            "separator": ";",
+            "regex": r"(.+);(\d+)",
+            "target_label": "__address__",
+            "replacement": "$1:$2",
+        },
+        {
+            "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"],
+            "regex": "(.+)",
+            "target_label": "__metrics_path__",
+        },
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    ]
+    relabel += [
+        {"source_labels": [f"__meta_kubernetes_pod_label_{src}"], "target_label": dst}
+        for src, dst in COPIED_POD_LABELS.items()
+    ]
+    config = {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            {
+                "job_name": JOB_NAME,
+                "kubernetes_sd_configs": [
+                    {
+                        "role": "pod",
+                        "api_server": api_url,
+                        "tls_config": {"ca_file": str(ca_file)},
+                        "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+                    }
+                ],
+                "relabel_configs": relabel,
+            }
+        ],
+    }
+    return json.dumps(config, indent=1)
+
+
+@dataclass
+class Prometheus:
+    """Starts Prometheus for a cluster (needs its API URL, CA and bearer token); stops it by PID."""
+
+    cluster: Cluster
+    workdir: Path | None = None
+    binary: str = ""
+    component: Component | None = None
+    url: str = ""
+    startup_s: float = 0.0
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self) -> str:
+        c = self.cluster
+        self.binary = self.binary or find_prometheus(c.bin_dir)
+        if not (c.api_url and c.token and c.ca_file):
+            raise RuntimeError("Prometheus discovery needs the cluster's API URL, bearer token and CA file")
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="specdecode-prom-")
+            self.workdir = Path(self._tmp.name)
+        d = self.workdir
+        d.mkdir(parents=True, exist_ok=True)
+        token_file = d / "token"
+        token_file.write_text(c.token)
+        token_file.chmod(0o600)
+        (d / "prometheus.yml").write_text(scrape_config(c.api_url, c.ca_file, token_file))
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        self.component = start_process("prometheus", [
+            self.binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle", "--log.level=info",
+        ], d)  # fmt: skip
+        try:
+            wait_until(self.component, lambda: http_ok(f"{self.url}/-/ready"), 60, "ready (/-/ready)")
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self.url
+
+    def stop(self) -> None:
+        if self.component is not None:
+            stop_process(self.component.proc)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def api(self, path: str, **params: str) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=10) as resp:
+            body = json.load(resp)
+        assert body.get("status") == "success", body
+        return body["data"]
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        return list(self.api("/api/v1/targets", state="active")["activeTargets"])

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdecode import cli
+from tests.factories import EXAMPLES, experiment_document
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["validate", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_valid_files_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *map(str, EXAMPLES))
+    assert code == 0 and err == ""
+    assert out.count(": valid") == len(EXAMPLES)
+
+
+def test_invalid_file_exits_two_with_one_line_per_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = experiment_document(
+        speculative={
+            "method": "ngram",
+            "numSpeculativeTokens": 3,
+            "promptLookupMin": 4,
+            "promptLookupMax": 2,
+        },
+        analysis={"confidence": 2},
+    )
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(document))
+    code, _, err = run(capsys, str(path))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{path}: spec.analysis.confidence:")
+    assert lines[1].startswith(f"{path}: spec.speculative.promptLookupMin:")
+
+
+def test_multi_document_files_name_the_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = experiment_document(), experiment_document(cleanup="Sometimes")
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([good, bad]))
+    code, out, err = run(capsys, str(path))
+    assert code == 2
+    assert f"{path}[1]: spec.cleanup:" in err
+    assert "exp: valid" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("a: [\n", "not valid YAML (line 2, column 1)"),
+        ("", "holds no document"),
+        ("- just\n- a list\n", "expected a mapping"),
+        (b"\xff\xfe\x00garbage", "cannot read"),
+    ],
+)
+def test_garbled_files_get_one_line_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, fragment: str
+) -> None:
+    path = tmp_path / "garbled.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    code, _, err = run(capsys, str(path))
+    assert code == 2
+    assert fragment in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "/nonexistent/exp.yaml")
+    assert code == 2 and err.strip() == "/nonexistent/exp.yaml: no such file"

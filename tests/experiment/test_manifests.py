@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdecode.experiment import manifests, spec, validation
+from tests.factories import experiment_document
+
+SETTINGS = manifests.Settings(operator_image="specdecode:test")
+
+
+def experiment(**overrides: Any) -> spec.ExperimentSpec:
+    parsed, _ = validation.parse_experiment(experiment_document(**overrides))
+    return parsed
+
+
+def pod_spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return result
+
+
+def strip_arm(deployment: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(deployment).replace("treatment", "ARM").replace("control", "ARM")
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
+def test_arms_differ_only_in_the_speculative_flags() -> None:
+    s = experiment(engine={"args": ["--max-model-len", "8192"], "apiKeySecret": {"name": "k", "key": "key"}})
+    control = manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS)
+    treatment = manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS)
+    control_args = pod_spec(control)["containers"][0]["args"]
+    treatment_args = pod_spec(treatment)["containers"][0]["args"]
+    config = json.dumps(
+        {"method": "draft_model", "model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 5},
+        separators=(",", ":"),
+    )
+    assert treatment_args == [
+        *control_args,
+        "--speculative-config",
+        config,
+        "--per-request-spec-decode-metrics",
+        "summary",
+    ]
+    pod_spec(treatment)["containers"][0]["args"] = control_args
+    assert strip_arm(control) == strip_arm(treatment)
+
+
+def test_both_arms_get_the_fair_common_flags() -> None:
+    argv = manifests.serve_args(experiment(servedModelName="qwen"), spec.Arm.CONTROL)
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-4B-Thinking-2507"]
+    joined = " ".join(argv)
+    for flag in (
+        "--served-model-name qwen",
+        "--host 0.0.0.0",
+        "--port 8000",
+        "--seed 42",
+        "--disable-prefix-caching",
+        "--generation-config vllm",
+    ):
+        assert flag in joined
+    assert "--speculative-config" not in joined and "--per-request-spec-decode-metrics" not in joined
+
+
+def test_prefix_caching_follows_the_spec() -> None:
+    argv = manifests.serve_args(experiment(engine={"prefixCaching": True}), spec.Arm.CONTROL)
+    assert "--enable-prefix-caching" in argv and "--disable-prefix-caching" not in argv
+
+
+def test_speculative_config_renders_vllm_keys_and_extras() -> None:
+    s = experiment(
+        speculative={
+            "method": "ngram",
+            "numSpeculativeTokens": 4,
+            "promptLookupMin": 2,
+            "promptLookupMax": 5,
+            "extra": {"num_speculative_tokens_per_batch_size": [[1, 8, 4]]},
+        }
+    )
+    assert manifests.speculative_config(s.speculative) == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+        "num_speculative_tokens_per_batch_size": [[1, 8, 4]],
+    }
+
+
+def test_deployment_shape() -> None:
+    s = experiment(
+        engine={
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "apiKeySecret": {"name": "vllm-key", "key": "token"},
+        }
+    )
+    deployment = manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS)
+    assert deployment["metadata"]["name"] == "exp-treatment"
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["specdecode.io/experiment"] == "exp"
+    assert labels["specdecode.io/arm"] == "treatment"
+    assert labels["app.kubernetes.io/managed-by"] == "specdecode-operator"
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    pod = pod_spec(deployment)
+    container = pod["containers"][0]
+    assert pod["enableServiceLinks"] is False
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert container["image"] == "vllm/vllm-openai:v0.33.0"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    # 30m deploy deadline: the startup probe allows that long for loading the model
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 1800
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-key", "key": "token"}}} in (
+        container["env"]
+    )
+    assert "vllm-key" not in " ".join(container["args"])
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "8000"
+
+
+def test_simulator_arms_run_specdecode_sim_from_the_operator_image() -> None:
+    s = experiment(engine={"simulator": {"profile": "h200-8b-draft-1b", "acceptanceRate": 0.6}})
+    deployment = manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS)
+    container = pod_spec(deployment)["containers"][0]
+    assert container["image"] == "specdecode:test"
+    assert container["command"] == ["specdecode", "sim"]
+    args = container["args"]
+    assert args[args.index("--profile") + 1] == "h200-8b-draft-1b"
+    assert args[args.index("--acceptance-rate") + 1] == "0.6"
+    assert "--speculative-config" in args
+    assert container["securityContext"]["runAsNonRoot"] is True
+
+
+def test_service_selects_one_arm() -> None:
+    service = manifests.build_service("exp", spec.Arm.CONTROL)
+    assert service["metadata"]["name"] == "exp-control"
+    assert service["spec"]["selector"] == {"specdecode.io/experiment": "exp", "specdecode.io/arm": "control"}
+    assert service["spec"]["ports"][0]["port"] == 8000
+
+
+def test_network_policy_admits_only_load_prometheus_and_operator() -> None:
+    policy = manifests.build_network_policy("exp", SETTINGS)
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert sources[0]["podSelector"]["matchLabels"] == {
+        "specdecode.io/experiment": "exp",
+        "app.kubernetes.io/component": "load",
+    }
+    assert sources[1]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert sources[2]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "specdecode-operator"}
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "engine"
+
+
+def test_load_job_targets_both_services_once() -> None:
+    s = experiment(deadlines={"run": "1h"}, engine={"apiKeySecret": {"name": "k", "key": "t"}})
+    job = manifests.build_load_job("exp", s, SETTINGS)
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] == 3600
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "exp-load"
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--control-url") + 1] == "http://exp-control:8000"
+    assert args[args.index("--treatment-url") + 1] == "http://exp-treatment:8000"
+    assert args[args.index("--results-configmap") + 1] == "exp-results"
+    assert pod["containers"][0]["image"] == "specdecode:test"
+
+
+def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
+    s = experiment(
+        workload={
+            "stages": [{"name": "a", "rate": 1}],
+            "dataset": {"type": "jsonl", "configMap": {"name": "prompts", "key": "p.jsonl"}},
+        }
+    )
+    pod = manifests.build_load_job("exp", s, SETTINGS)["spec"]["template"]["spec"]
+    assert {
+        "name": "dataset",
+        "configMap": {"name": "prompts", "items": [{"key": "p.jsonl", "path": "prompts.jsonl"}]},
+    } in pod["volumes"]
+    assert "--dataset-file" in pod["containers"][0]["args"]
+
+
+def test_load_rbac_only_writes_config_maps() -> None:
+    account, role, binding = manifests.build_load_rbac("exp")
+    assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "exp-load"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update", "patch"]}
+    ]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp-load"}]
+
+
+def test_every_child_name_is_a_dns_label_for_the_longest_name() -> None:
+    name = "a" * spec.MAX_NAME_LENGTH
+    document = experiment_document()
+    document["metadata"]["name"] = name
+    s, _ = validation.parse_experiment(document)
+    children = [
+        *manifests.build_all(name, document, s, SETTINGS),
+        manifests.build_load_job(name, s, SETTINGS),
+    ]
+    for child in children:
+        assert len(child["metadata"]["name"]) <= 63
+        for value in child["metadata"]["labels"].values():
+            assert len(value) <= 63

@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specdecode.experiment import reconcile, spec, status, validation
+from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
+from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
+from tests.factories import experiment_document
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def subject(generation: int = 1, **overrides: object) -> reconcile.Subject:
+    parsed, name = validation.parse_experiment(experiment_document(**overrides))
+    return reconcile.Subject(name=name, generation=generation, spec=parsed)
+
+
+def at(phase: Phase, *, since: datetime = T0, generation: int = 1) -> ExperimentStatus:
+    return ExperimentStatus(observed_generation=generation, phase=phase, phase_started_at=since.isoformat())
+
+
+def ready_arms() -> dict[spec.Arm, ArmState]:
+    return {
+        arm: ArmState(
+            exists=True, ready_replicas=1, pods=(PodState(f"exp-{arm}-x", "Running", node="gpu-0"),)
+        )
+        for arm in spec.Arm
+    }
+
+
+def pod(**fields: object) -> dict[spec.Arm, ArmState]:
+    return {
+        spec.Arm.CONTROL: ArmState(exists=True, pods=(PodState("exp-control-x", **fields),)),  # type: ignore[arg-type]
+        spec.Arm.TREATMENT: ArmState(exists=True),
+    }
+
+
+def condition(st: ExperimentStatus, kind: str) -> status.Condition:
+    return next(c for c in st.conditions if c.type == kind)
+
+
+def test_a_new_experiment_is_accepted_for_its_generation() -> None:
+    decision = reconcile.decide(subject(generation=3), ExperimentStatus(), Observed(), T0)
+    assert decision.status.phase is Phase.PENDING
+    assert decision.status.observed_generation == 3
+    assert all(c.observed_generation == 3 for c in decision.status.conditions)
+    assert condition(decision.status, "Reconciling").status == "True"
+
+
+def test_an_invalid_spec_fails_without_deploying_anything() -> None:
+    invalid = reconcile.Subject("exp", 1, None, ["spec.speculative.model: is required"])
+    decision = reconcile.decide(invalid, ExperimentStatus(), Observed(), T0)
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == "InvalidSpec"
+    assert "spec.speculative.model" in (decision.status.message or "")
+    assert decision.actions == []
+    assert decision.status.verdict is None
+
+
+def test_pending_deploys_both_arms() -> None:
+    decision = reconcile.decide(subject(), at(Phase.PENDING), Observed(), T0)
+    assert decision.status.phase is Phase.DEPLOYING
+    assert decision.actions == [Action.CREATE_ARMS]
+    assert decision.events[0].reason == "Deploying"
+
+
+def test_pending_waits_for_stale_children_to_go() -> None:
+    decision = reconcile.decide(subject(), at(Phase.PENDING), Observed(stale_children=("exp-control",)), T0)
+    assert decision.status.phase is Phase.PENDING
+    assert decision.actions == [Action.DELETE_STALE]
+
+
+def test_deploying_keeps_creating_until_both_arms_are_ready() -> None:
+    half = ready_arms() | {spec.Arm.TREATMENT: ArmState(exists=True)}
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=half), T0 + timedelta(seconds=5)
+    )
+    assert decision.status.phase is Phase.DEPLOYING
+    assert decision.actions == [Action.CREATE_ARMS]
+
+
+def test_both_arms_ready_starts_the_load_and_records_the_environment() -> None:
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms()), T0)
+    assert decision.status.phase is Phase.RUNNING
+    assert decision.actions == [Action.CREATE_LOAD]
+    assert decision.status.environment is not None
+    assert decision.status.environment.nodes == ["gpu-0"]
+    assert decision.status.environment.draft_model == "Qwen/Qwen3-0.6B"
+    assert decision.status.started_at is not None
+
+
+def test_deploy_deadline_fails_naming_the_arm() -> None:
+    later = T0 + timedelta(minutes=31)
+    arms = ready_arms() | {spec.Arm.TREATMENT: ArmState(exists=True)}
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), later)
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == "DeployDeadlineExceeded"
+    assert "treatment not Ready within spec.deadlines.deploy (30m)" in (decision.status.message or "")
+    assert decision.actions == [Action.CLEANUP_ARMS]
+
+
+def test_unschedulable_fails_after_the_grace_period() -> None:
+    arms = pod(
+        unschedulable="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", unschedulable_since=T0
+    )
+    early = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=10))
+    assert early.status.phase is Phase.DEPLOYING
+    late = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=61))
+    assert late.status.phase is Phase.FAILED
+    assert late.status.reason == "Unschedulable"
+    assert "control arm" in (late.status.message or "") and "Insufficient nvidia.com/gpu" in (
+        late.status.message or ""
+    )
+    assert late.status.verdict is None
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "CrashLoopBackOff", "CreateContainerConfigError"])
+def test_fatal_container_states_fail_at_once(reason: str) -> None:
+    arms = pod(
+        waiting_reason=reason, waiting_message="boom", last_exit_code=1, last_terminated_reason="Error"
+    )
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0)
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == reason
+    assert "control arm (pod exp-control-x)" in (decision.status.message or "")
+
+
+def test_oom_killed_is_named() -> None:
+    arms = pod(waiting_reason="CrashLoopBackOff", last_terminated_reason="OOMKilled", last_exit_code=137)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0)
+    assert decision.status.reason == "OOMKilled"
+
+
+def test_running_waits_for_the_load_job() -> None:
+    decision = reconcile.decide(
+        subject(), at(Phase.RUNNING), Observed(arms=ready_arms(), job=JobState(True)), T0
+    )
+    assert decision.status.phase is Phase.RUNNING
+    assert decision.actions == [Action.CREATE_LOAD]
+
+
+def test_a_failed_load_job_fails_the_experiment_never_a_verdict() -> None:
+    job = JobState(
+        exists=True,
+        failed=True,
+        reason="BackoffLimitExceeded",
+        message="Job has reached the backoff limit",
+        pod=PodState("exp-load-x", "Failed", last_terminated_reason="Error", last_exit_code=3),
+    )
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=ready_arms(), job=job), T0)
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == "LoadJobFailed"
+    assert "exit 3" in (decision.status.message or "")
+    assert decision.status.verdict is None
+    assert condition(decision.status, "Stalled").status == "True"
+    assert condition(decision.status, "Completed").status == "False"
+
+
+def test_an_arm_restarting_during_the_load_voids_the_measurement() -> None:
+    arms = ready_arms() | pod(restarts=1, last_terminated_reason="Error", last_exit_code=1, phase="Running")
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0)
+    assert decision.status.reason == "EngineRestarted"
+
+
+def test_run_deadline() -> None:
+    decision = reconcile.decide(
+        subject(deadlines={"run": "1m"}),
+        at(Phase.RUNNING),
+        Observed(arms=ready_arms(), job=JobState(True)),
+        T0 + timedelta(minutes=2),
+    )
+    assert decision.status.reason == "RunDeadlineExceeded"
+
+
+def test_a_finished_load_moves_to_analysis() -> None:
+    decision = reconcile.decide(
+        subject(), at(Phase.RUNNING), Observed(arms=ready_arms(), job=JobState(True, succeeded=True)), T0
+    )
+    assert decision.status.phase is Phase.ANALYZING
+
+
+def judgement(verdict: Verdict) -> reconcile.Judgement:
+    return reconcile.Judgement(
+        verdict=verdict,
+        reason="SpeedupConfirmed",
+        message="tpot 1.31x [1.24, 1.38] at low",
+        stages=[status.StageResult(name="low")],
+        speedup_summary="low 1.31x",
+    )
+
+
+def test_a_verdict_completes_the_experiment_and_cleans_up() -> None:
+    observed = Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE))
+    decision = reconcile.decide(subject(), at(Phase.ANALYZING), observed, T0)
+    st = decision.status
+    assert st.phase is Phase.COMPLETED and st.verdict is Verdict.PROMOTE
+    assert st.speedup_summary == "low 1.31x"
+    assert decision.actions == [Action.CLEANUP_ARMS]
+    assert condition(st, "Completed").status == "True"
+    assert condition(st, "Promoted").status == "True"
+    assert condition(st, "Ready").status == "True"
+    assert condition(st, "Reconciling").status == "False"
+    assert decision.events[0].reason == "Promote"
+
+
+@pytest.mark.parametrize("verdict", [Verdict.REJECT, Verdict.INCONCLUSIVE])
+def test_only_promote_sets_promoted(verdict: Verdict) -> None:
+    decision = reconcile.decide(subject(), at(Phase.ANALYZING), Observed(analysis=judgement(verdict)), T0)
+    assert condition(decision.status, "Completed").status == "True"
+    assert condition(decision.status, "Promoted").status == "False"
+    assert condition(decision.status, "Promoted").reason == verdict.value
+
+
+@pytest.mark.parametrize(
+    ("policy", "phase_actions"),
+    [
+        ("Always", [Action.CLEANUP_ARMS]),
+        ("OnSuccess", []),
+        ("Never", []),
+    ],
+)
+def test_cleanup_policy_after_a_failure(policy: str, phase_actions: list[Action]) -> None:
+    failure = reconcile.CollectFailure("PrometheusNoData", "no series for the treatment arm")
+    decision = reconcile.decide(
+        subject(cleanup=policy), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=failure), T0
+    )
+    assert decision.status.phase is Phase.FAILED
+    assert decision.actions == phase_actions
+
+
+def test_prometheus_down_is_retried_then_fails_never_promotes() -> None:
+    failure = reconcile.CollectFailure("PrometheusUnavailable", "connection refused", transient=True)
+    early = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(analysis=failure), T0 + timedelta(seconds=30)
+    )
+    assert early.status.phase is Phase.ANALYZING
+    assert "retrying" in (early.status.message or "")
+    late = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(analysis=failure), T0 + timedelta(minutes=6)
+    )
+    assert late.status.phase is Phase.FAILED
+    assert late.status.reason == "PrometheusUnavailable"
+    assert late.status.verdict is None
+
+
+def test_a_spec_change_restarts_and_unbinds_the_old_verdict() -> None:
+    done = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(analysis=judgement(Verdict.PROMOTE)), T0
+    ).status
+    restarted = reconcile.decide(subject(generation=2), done, Observed(stale_children=("exp-control",)), T0)
+    st = restarted.status
+    assert st.phase is Phase.PENDING and st.verdict is None and st.stages == []
+    assert st.observed_generation == 2
+    assert condition(st, "Promoted").status == "False"
+    assert all(c.observed_generation == 2 for c in st.conditions)
+    assert restarted.actions == [Action.DELETE_STALE]
+
+
+def test_terminal_experiments_need_no_timer_until_the_spec_changes() -> None:
+    done = at(Phase.COMPLETED)
+    assert not reconcile.needs_reconcile(done, 1)
+    assert reconcile.needs_reconcile(done, 2)
+    assert reconcile.needs_reconcile(at(Phase.RUNNING), 1)
+
+
+def test_condition_transition_times_only_move_on_change() -> None:
+    first = reconcile.decide(subject(), at(Phase.PENDING), Observed(), T0).status
+    second = reconcile.decide(subject(), first, Observed(arms=ready_arms()), T0 + timedelta(minutes=1)).status
+    assert (
+        condition(second, "Reconciling").last_transition_time
+        == condition(first, "Reconciling").last_transition_time
+    )

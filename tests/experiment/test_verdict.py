@@ -1,0 +1,310 @@
+"""The verdict on synthetic samples of known effect, the edge cases, and the sequential rule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specdecode.experiment import sequential, validation, verdict
+from specdecode.experiment.records import ArmServerMetrics, RequestRecord
+from specdecode.experiment.spec import ExperimentSpec
+from specdecode.experiment.status import ExperimentStatus, Phase, StageVerdict, Verdict
+from tests.factories import experiment_document
+from tests.report import synthetic
+
+
+def make_spec(**analysis: Any) -> ExperimentSpec:
+    doc = experiment_document()
+    if analysis:
+        doc["spec"]["analysis"] = analysis
+    spec, _ = validation.parse_experiment(doc)
+    return spec
+
+
+def stage(result: verdict.Analysis, name: str) -> Any:
+    return next(s for s in result.stages if s.name == name)
+
+
+def test_clear_speedup_everywhere_is_promoted() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.4, n=120)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.PROMOTE
+    assert result.reason == "SpeedupConfirmed"
+    low = stage(result, "low")
+    assert low.verdict is StageVerdict.PASS
+    assert low.speedup.ci_low <= 1.4 <= low.speedup.ci_high
+    assert low.speedup.method == "confidenceSequence"
+    assert result.message.startswith("tpot speed-up 1.")
+    assert "low" in result.speedup_summary
+
+
+def test_slower_at_high_load_rejects_with_all_and_recommends_a_schedule() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.REJECT
+    assert result.reason == "SlowerThanRequired"
+    assert stage(result, "c16").verdict is StageVerdict.FAIL
+    rec = result.recommendation
+    assert rec is not None and rec.beneficial_up_to == "low"
+    schedule = rec.num_speculative_tokens_per_batch_size
+    assert schedule is not None and schedule[0][0] == 1 and schedule[-1][2] == 0
+    assert schedule[0][2] == spec.speculative.num_speculative_tokens
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(schedule))
+
+
+def test_any_promotes_when_one_stage_passes() -> None:
+    spec = make_spec(requireStages="any")
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    assert verdict.analyse(spec, records, windows).verdict is Verdict.PROMOTE
+
+
+def test_named_stages_only_count() -> None:
+    spec = make_spec(requireStages=["low"])
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 1.1}, n=120)
+    assert verdict.analyse(spec, records, windows).verdict is Verdict.PROMOTE
+
+
+def test_speedup_near_the_threshold_is_inconclusive_never_promoted() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.1, n=60, noise=0.4)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reason == "InsufficientEvidence"
+
+
+def test_output_mismatch_rejects_whatever_the_speed() -> None:
+    spec = make_spec(requireStages="any")
+    records, windows = synthetic.run(spec, speedup=2.0, n=120, mismatch_rate=0.2)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.REJECT
+    assert result.reason == "OutputMismatch"
+    assert result.message.startswith("output mismatch at")
+
+
+def test_output_match_is_not_judged_with_sampling() -> None:
+    doc = experiment_document()
+    doc["spec"]["workload"]["sampling"] = {"temperature": 0.7}
+    spec, _ = validation.parse_experiment(doc)
+    records, windows = synthetic.run(spec, speedup=1.5, n=120, mismatch_rate=0.5)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.PROMOTE
+    assert stage(result, "low").output_match is None
+
+
+def test_error_rate_surely_above_the_limit_fails() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=150)
+    # treatment requests of c16 fail a third of the time
+    for r in records:
+        if r.stage == "c16" and r.arm == "treatment" and r.index % 3 == 0:
+            r.ok, r.tpot_ms = False, None
+    result = verdict.analyse(spec, records, windows)
+    assert stage(result, "c16").verdict is StageVerdict.FAIL
+    assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+
+
+def test_ttft_regression_surely_above_the_limit_fails() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=150, ttft_ratio=1.6)
+    result = verdict.analyse(spec, records, windows)
+    ttft = next(g for g in stage(result, "low").guardrails if g.name == "ttftRegression")
+    assert ttft.outcome == "SurelyBreached"
+    assert result.reason == "GuardrailFailed"
+
+
+def test_acceptance_below_the_minimum_fails() -> None:
+    spec = make_spec(guardrails={"minAcceptanceRate": 0.8})
+    records, windows = synthetic.run(spec, speedup=1.5, n=100, acceptance=0.5)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+
+
+def test_acceptance_three_ways_agree_and_disagreement_is_flagged() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=80)
+    acc = stage(verdict.analyse(spec, records, windows), "low").acceptance
+    assert acc.source == "perRequest" and acc.agreement is True
+    assert set(acc.sources) == {"perRequest", "prometheus", "clientProxy"}
+    assert len(acc.per_position) == spec.speculative.num_speculative_tokens
+    treatment = [r for r in records if r.stage == "low" and r.arm == "treatment"]
+    wrong = ArmServerMetrics(num_drafts=100, num_draft_tokens=500, num_accepted_tokens=50)
+    flagged = verdict.acceptance(treatment, wrong, k=5)
+    assert flagged is not None and flagged.agreement is False
+
+
+def test_no_records_is_could_not_measure() -> None:
+    spec = make_spec()
+    result = verdict.analyse(spec, [], [])
+    assert result.verdict is None and result.reason == "NoData"
+    status = result.apply(ExperimentStatus())
+    assert status.phase is Phase.FAILED and status.verdict is None
+
+
+def test_warmup_only_is_no_data() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, n=0, warmup=3)
+    assert verdict.analyse(spec, records, windows).reason == "NoData"
+
+
+def test_all_errors_is_inconclusive_not_a_pass() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, n=50, error_rate=1.0)
+    result = verdict.analyse(spec, records, windows)
+    assert result.verdict is not Verdict.PROMOTE
+    assert all(s.verdict is not StageVerdict.PASS for s in result.stages)
+
+
+def test_one_arm_empty_is_no_data_for_that_stage() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=60)
+    records = [r for r in records if not (r.stage == "c16" and r.arm == "treatment")]
+    result = verdict.analyse(spec, records, windows)
+    assert stage(result, "c16").verdict is StageVerdict.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE and result.reason == "NoData"
+
+
+def test_invalid_measurement_is_never_a_verdict() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=60)
+    result = verdict.analyse(
+        spec, records, windows, validity={"valid": False, "reasons": ["schedule lag 40 ms"]}
+    )
+    assert result.verdict is None and result.reason == "InvalidMeasurement"
+    assert "schedule lag" in result.message
+
+
+def test_an_invalid_stage_is_inconclusive() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=60)
+    result = verdict.analyse(spec, records, windows, validity={"stages": {"c16": {"valid": False}}})
+    assert stage(result, "c16").verdict is StageVerdict.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE and result.reason == "InvalidMeasurement"
+
+
+def test_unpaired_failures_drop_the_pair_but_count_as_errors() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup=1.5, n=100)
+    for r in records:
+        if r.stage == "low" and r.arm == "treatment" and r.index == 7:
+            r.ok, r.tpot_ms = False, None
+    low = stage(verdict.analyse(spec, records, windows), "low")
+    assert low.speedup.n == 99
+    assert low.treatment.errors == 1
+
+
+def test_nan_values_are_dropped() -> None:
+    v = verdict.compare(
+        [10.0, math.nan, 10.0] * 10,
+        [8.0, 8.0, math.inf] * 10,
+        metric="tpot",
+        min_speedup=1.1,
+        sequential_ci=False,
+    )
+    assert v.n == 10 and v.effect == pytest.approx(1.25)
+
+
+def test_ties_give_a_degenerate_interval() -> None:
+    v = verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    assert v.ci == (1.0, 1.0) and v.label is verdict.Label.FAIL
+    v = verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1)
+    assert v.effect == 1.0 and v.label is verdict.Label.FAIL
+
+
+def test_empty_and_tiny_samples_are_no_data() -> None:
+    assert verdict.compare([], [], metric="tpot", min_speedup=1.1).label is verdict.Label.NO_DATA
+    assert (
+        verdict.compare([1.0] * 5, [1.0] * 5, metric="tpot", min_speedup=1.1).label is verdict.Label.NO_DATA
+    )
+    with pytest.raises(ValueError, match="differ in length"):
+        verdict.compare([1.0], [1.0, 2.0], metric="tpot", min_speedup=1.1)
+
+
+def test_throughput_speedup_is_treatment_over_control() -> None:
+    v = verdict.compare(
+        [100.0] * 20, [130.0] * 20, metric="throughput", min_speedup=1.1, higher_is_better=True
+    )
+    assert v.effect == pytest.approx(1.3)
+
+
+def test_fixed_horizon_interval_is_the_paired_t() -> None:
+    rng = np.random.default_rng(3)
+    c = np.exp(rng.normal(0, 0.3, 200))
+    t = c / 1.25 * np.exp(rng.normal(0, 0.1, 200))
+    v = verdict.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    assert v.method == "pairedT" and v.label is verdict.Label.PASS
+    assert v.ci is not None and v.ci[0] < 1.25 < v.ci[1]
+    assert v.p_value is not None and v.p_value < 0.001
+
+
+def test_sequential_interval_is_wider_than_the_fixed_one() -> None:
+    rng = np.random.default_rng(4)
+    c = np.exp(rng.normal(0, 0.3, 300))
+    t = c / 1.2 * np.exp(rng.normal(0, 0.3, 300))
+    fixed = verdict.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    seq = verdict.compare(c, t, metric="tpot", min_speedup=1.1)
+    assert fixed.ci is not None and seq.ci is not None
+    assert seq.ci[0] <= fixed.ci[0] and seq.ci[1] >= fixed.ci[1]
+
+
+def _records(stage: str, arm: str, values: list[float]) -> list[RequestRecord]:
+    return [
+        RequestRecord(stage=stage, index=i, arm=arm, sent=float(i), ok=True, tpot_ms=v)
+        for i, v in enumerate(values)
+    ]
+
+
+def test_stage_decided_stops_on_a_clear_effect_and_not_before_min_pairs() -> None:
+    spec = make_spec()
+    rng = np.random.default_rng(5)
+    base = np.exp(rng.normal(2.3, 0.3, 200))
+    control = _records("low", "control", list(base * np.exp(rng.normal(0, 0.1, 200))))
+    treatment = _records("low", "treatment", list(base / 1.6 * np.exp(rng.normal(0, 0.1, 200))))
+    few = sequential.MIN_PAIRS - 1
+    assert not verdict.stage_decided(spec.analysis, control[:few], treatment[:few], max_pairs=300)
+    assert verdict.stage_decided(spec.analysis, control[:60], treatment[:60], max_pairs=300)
+    look = verdict.stage_look(spec.analysis, control[:60], treatment[:60], max_pairs=300)
+    assert look.why == "above"
+
+
+def test_stage_decided_uses_only_the_complete_prefix() -> None:
+    spec = make_spec()
+    control = _records("low", "control", [10.0] * 40)
+    treatment = _records("low", "treatment", [6.0] * 40)
+    # pair 3 still in flight in the treatment: only indices 0..2 form the prefix
+    treatment = [r for r in treatment if r.index != 3]
+    assert verdict.stage_look(spec.analysis, control, treatment, max_pairs=300).n == 3
+
+
+def test_stage_decided_is_off_without_sequential_analysis() -> None:
+    spec = make_spec(sequential=False)
+    control = _records("low", "control", [10.0] * 100)
+    treatment = _records("low", "treatment", [5.0] * 100)
+    assert not verdict.stage_decided(spec.analysis, control, treatment, max_pairs=300)
+
+
+def test_confidence_sequence_covers_the_mean_under_repeated_looks() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_t(5, size=(2000, 200)) * 0.4 + 0.1
+    seq = sequential.confidence_sequence(x, confidence=0.95, horizon=200)
+    ever_missed = ((seq.low > 0.1) | (seq.high < 0.1)).any(axis=1).mean()
+    assert ever_missed <= 0.05
+
+
+def test_anytime_p_value_matches_the_interval() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(0.3, 0.5, 200)
+    seq = sequential.confidence_sequence(x, confidence=0.95, horizon=300)
+    p = sequential.anytime_p_value(x, threshold=0.0, confidence=0.95, horizon=300)
+    assert (seq.low[-1] > 0.0) == (p < 0.05)
+
+
+def test_empty_input_to_the_sequence_is_empty() -> None:
+    seq = sequential.confidence_sequence(np.array([]), confidence=0.95, horizon=10)
+    assert seq.mean.size == 0
+    assert sequential.look(np.array([]), threshold=0.0, confidence=0.95, horizon=10).why == "too-few"

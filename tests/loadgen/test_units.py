@@ -1,0 +1,296 @@
+"""Pure parts of the load generator: schedule, workload, SSE and HTTP framing, derived metrics, scraping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+
+from specdecode.experiment import records, spec
+from specdecode.loadgen import http, plan, schedule, scrape, sse, summary, workload
+from specdecode.loadgen.runner import diverges_at
+
+# ------------------------------------------------------------------------------------------ schedule
+
+
+def test_poisson_inter_arrival_times_pass_a_kolmogorov_smirnov_test() -> None:
+    rate = 25.0
+    gaps = schedule.gaps("poisson", rate, 2000, seed=7, stage="mid")
+    result = stats.kstest(gaps, "expon", args=(0, 1 / rate))
+    assert result.pvalue > 0.01
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.1)
+
+
+def test_gamma_inter_arrival_times_follow_the_gamma_law_with_the_given_burstiness() -> None:
+    rate, burstiness = 10.0, 0.5
+    gaps = schedule.gaps("gamma", rate, 2000, seed=3, stage="s", burstiness=burstiness)
+    result = stats.kstest(gaps, "gamma", args=(burstiness, 0, 1 / (rate * burstiness)))
+    assert result.pvalue > 0.01
+
+
+def test_constant_arrivals_are_evenly_spaced_and_schedules_are_reproducible() -> None:
+    assert schedule.offsets("constant", 4.0, 3, seed=1, stage="a") == [0.25, 0.5, 0.75]
+    a = schedule.offsets("poisson", 4.0, 50, seed=1, stage="a")
+    assert a == schedule.offsets("poisson", 4.0, 50, seed=1, stage="a")
+    assert a != schedule.offsets("poisson", 4.0, 50, seed=1, stage="b")
+    assert a == sorted(a)
+
+
+# ------------------------------------------------------------------------------------------ workload
+
+
+def _spec(**workload_fields: Any) -> spec.ExperimentSpec:
+    wl: dict[str, Any] = {"stages": [{"name": "a", "rate": 2.0}, {"name": "b", "concurrency": 2}]}
+    wl.update(workload_fields)
+    return spec.ExperimentSpec.model_validate(
+        {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 3}, "workload": wl}
+    )
+
+
+def _bodies(p: plan.Plan) -> list[dict[str, Any]]:
+    return [json.loads(r.body) for sp in p.stages for r in sp.requests]
+
+
+def test_synthetic_requests_are_greedy_streamed_with_usage_and_unique_nonce_prefixes() -> None:
+    p = plan.plan_from_spec(
+        _spec(
+            dataset={"type": "synthetic", "inputTokens": 64, "outputTokens": 16},
+            requestsPerStage=30,
+            warmupRequests=5,
+        ),
+        Path(),
+        salt="s1",
+    )
+    bodies = _bodies(p)
+    assert len(bodies) == 65
+    for b in bodies:
+        assert b["temperature"] == 0.0 and b["max_tokens"] == 16 and b["ignore_eos"] is True
+        assert b["stream"] is True
+        assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+        assert isinstance(b["seed"], int)
+        assert "min_p" not in b and "logit_bias" not in b
+        assert 50 <= len(b["prompt"].split()) <= 70
+    prefixes = {b["prompt"].split()[0] for b in bodies}
+    assert len(prefixes) == len(bodies)  # no two requests share a first prefix-cache block
+    salted = _bodies(plan.plan_from_spec(_spec(requestsPerStage=30, warmupRequests=5), Path(), salt="s2"))
+    assert {b["prompt"].split()[0] for b in salted}.isdisjoint(prefixes)
+
+
+def test_the_builtin_mixed_set_has_four_categories_and_warmup_prompts_disjoint_from_measured_ones() -> None:
+    items = workload.builtin("mixed")
+    assert {i.category for i in items} == {"chat", "code", "summarisation", "math"}
+    assert len(items) >= 40
+    p = plan.plan_from_spec(
+        _spec(dataset={"type": "builtin"}, requestsPerStage=40, warmupRequests=10), Path(), salt="x"
+    )
+    warm = {r.prompt_id for r in p.stages[0].requests}
+    measured = {r.prompt_id for sp in p.stages[1:] for r in sp.requests}
+    assert p.stages[0].warmup and len(warm) == 10 and warm.isdisjoint(measured)
+    for r in p.stages[1].requests:
+        body = json.loads(r.body)
+        assert r.path == workload.CHAT and body["messages"][0]["content"].startswith("[")
+
+
+def test_jsonl_prompt_files_accept_prompt_or_messages_and_name_the_bad_line(tmp_path: Path) -> None:
+    good = tmp_path / "p.jsonl"
+    good.write_text(
+        '{"prompt": "hi", "category": "chat"}\n\n{"messages": [{"role": "user", "content": "x"}]}\n'
+    )
+    items = workload.read_jsonl(good.read_text(), source=str(good))
+    assert [i.category for i in items] == ["chat", None] and items[1].messages is not None
+    with pytest.raises(workload.DatasetError, match=r"p.jsonl:2: needs exactly one"):
+        workload.read_jsonl('{"prompt": "a"}\n{"prompt": "a", "messages": []}\n', source="p.jsonl")
+    with pytest.raises(workload.DatasetError, match="not JSON"):
+        workload.read_jsonl("{oops\n", source="p.jsonl")
+
+
+# ------------------------------------------------------------------------------------------ SSE
+
+
+def _chunk(text: str, tokens: int, finish: str | None = None) -> bytes:
+    obj = {
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens},
+    }
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_events_are_stamped_at_the_arrival_of_their_first_byte() -> None:
+    one, two, three = _chunk("a", 1), _chunk(" b c", 3), _chunk(" d", 4, "length")
+    pieces = [(1.0, one + two[:10]), (2.0, two[10:]), (3.0, three + b"data: [DONE]\n\n")]
+    events = sse.split_events(pieces)
+    assert [t for t, _ in events] == [1.0, 1.0, 3.0, 3.0]
+    stream = sse.parse(events)
+    assert stream.token_events == [(1.0, 1), (1.0, 3), (3.0, 4)]
+    assert stream.text == "a b c d" and stream.completion_tokens == 4 and stream.done
+    assert stream.finish_reason == "length" and stream.token_source == "usage"
+
+
+def test_crlf_framing_comments_and_the_usage_chunk_with_spec_decode_metrics_are_understood() -> None:
+    spec_metrics = {"mean_acceptance_length": 2.5, "num_spec_steps": 2}
+    usage_chunk = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    usage_chunk["metrics"] = {"speculative_decoding": spec_metrics}
+    body = (
+        b": keep-alive\r\n\r\n"
+        + _chunk("x", 2).replace(b"\n\n", b"\r\n\r\n")
+        + b"data: "
+        + json.dumps(usage_chunk).encode()
+        + b"\r\n\r\ndata: [DONE]\r\n\r\n"
+    )
+    stream = sse.parse(sse.split_events([(0.5, body)]))
+    assert stream.token_events == [(0.5, 2)]
+    assert stream.metrics == {"speculative_decoding": spec_metrics}
+
+
+def test_without_continuous_usage_each_content_event_counts_one_token_and_says_so() -> None:
+    chat = [{"choices": [{"delta": {"content": w}}]} for w in ("a", "b", "c")]  # no usage on chunks
+    final = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 5}}
+    raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in [*chat, final])
+    events = sse.split_events([(1.0, raw)])
+    stream = sse.parse(events)
+    assert stream.token_source == "chunks"
+    assert [n for _, n in stream.token_events] == [1, 2, 5]
+    assert stream.completion_tokens == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"data: {nope\n\n", sse.MalformedStreamError),
+        (b'data: {"error": {"message": "boom"}}\n\ndata: [DONE]\n\n', sse.StreamErrorEvent),
+        (b"data: [DONE]\n\ndata: {}\n\n", sse.MalformedStreamError),
+        (b"hello: world\n\n", sse.MalformedStreamError),
+    ],
+)
+def test_malformed_streams_and_error_events_raise_their_own_class(
+    body: bytes, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        sse.parse(sse.split_events([(0.0, body)]))
+
+
+def test_a_stream_cut_inside_an_event_is_malformed() -> None:
+    with pytest.raises(sse.MalformedStreamError):
+        sse.split_events([(0.0, _chunk("a", 1)[:-3])])
+
+
+# ------------------------------------------------------------------------------------------ HTTP
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def _feed(pieces: list[bytes]) -> http.Response:
+    async def main() -> http.Response:
+        conn = http._Connection()
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        fut = conn.start(b"GET / HTTP/1.1\r\n\r\n")
+        for p in pieces:
+            conn.data_received(p)
+        assert fut.done() and conn.reusable
+        resp = fut.result()
+        resp.decode()
+        return resp
+
+    return asyncio.run(main())
+
+
+def test_chunked_bodies_are_decoded_across_arbitrary_read_boundaries() -> None:
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+    )
+    for cut in range(1, len(raw)):
+        resp = _feed([raw[:cut], raw[cut:]])
+        assert resp.status == 200 and resp.body == b"hello, world"
+    resp = _feed([raw[i : i + 1] for i in range(len(raw))])
+    assert resp.body == b"hello, world"
+
+
+def test_content_length_bodies_complete_without_closing() -> None:
+    resp = _feed([b"HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nfa", b"il"])
+    assert resp.status == 500 and resp.body == b"fail" and resp.first_byte is not None
+
+
+def test_request_bytes_carry_host_length_and_the_base_path() -> None:
+    origin = http.Origin.parse("http://vllm.llm.svc:8000/base/")
+    raw = http.request_bytes(origin, "POST", "/v1/completions", {"x-request-id": "r1"}, b"{}")
+    assert raw.startswith(b"POST /base/v1/completions HTTP/1.1\r\nHost: vllm.llm.svc:8000\r\n")
+    assert b"Content-Length: 2\r\n" in raw and raw.endswith(b"\r\n\r\n{}")
+    with pytest.raises(ValueError):
+        http.Origin.parse("ftp://x")
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def test_ttft_and_tpot_follow_the_design_definitions() -> None:
+    rec = records.RequestRecord(
+        stage="s",
+        index=0,
+        arm="control",
+        ok=True,
+        intended=0.990,
+        sent=1.000,
+        first_token=1.050,
+        end=1.400,
+        events=[(1.050, 1), (1.150, 3), (1.350, 5)],
+        completion_tokens=5,
+    )
+    d = summary.derive(rec)
+    assert d.ttft_ms == pytest.approx(50.0)
+    assert d.ttft_from_intended_ms == pytest.approx(60.0)
+    assert d.schedule_lag_ms == pytest.approx(10.0)
+    assert d.tpot_ms == pytest.approx(300.0 / 4)
+    assert d.e2e_ms == pytest.approx(400.0)
+    per_event, per_token, tpe = summary._itl([d])
+    assert per_event == pytest.approx([100.0, 200.0])
+    assert per_token == pytest.approx([50.0, 50.0, 100.0, 100.0])
+    assert tpe == [1.0, 2.0, 2.0]
+
+
+def test_divergence_is_the_first_differing_character() -> None:
+    assert diverges_at("abc", "abc") is None
+    assert diverges_at("abc", "abd") == 2
+    assert diverges_at("ab", "abc") == 2
+    assert diverges_at(None, "a") is None
+
+
+METRICS = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 8.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 4.0
+# TYPE vllm:request_success counter
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 7.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 1.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+"""
+
+
+def test_scraped_counters_are_summed_over_labels_and_differenced_per_window() -> None:
+    before = scrape.parse(METRICS)
+    after = scrape.parse(METRICS.replace(" 10.0", " 25.0").replace(" 8.0", " 20.0").replace(" 7.0", " 17.0"))
+    m = scrape.delta(before, after, kv_max=0.5)
+    assert m.num_drafts == 15.0
+    assert m.accepted_per_position == [12.0, 0.0]
+    assert m.requests_success == 10.0
+    assert m.num_draft_tokens is None and m.kv_cache_usage_max == 0.5
+    assert scrape.delta(None, after, None).num_drafts is None

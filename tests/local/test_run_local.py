@@ -1,0 +1,179 @@
+"""`specdecode run --local` end to end on the simulator: real processes, real sockets, real verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specdecode import cli
+from tests.factories import experiment_document
+
+
+def write_experiment(
+    tmp_path: Path,
+    *,
+    simulator: dict[str, Any],
+    stages: list[dict[str, Any]] | None = None,
+    requests: int = 60,
+    **analysis: Any,
+) -> Path:
+    document = experiment_document(
+        model="sim/llama-8b",
+        engine={"simulator": simulator},
+        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        workload={
+            "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
+            "sampling": {"maxTokens": 64},
+            "stages": stages or [{"name": "c4", "concurrency": 4}],
+            "requestsPerStage": requests,
+            "warmupRequests": 2,
+        },
+        # TTFT is not what these tests are about (the simulator's TTFT is fitted separately).
+        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, **analysis},
+        deadlines={"deploy": "1m", "run": "5m"},
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def run(path: Path, out: Path, *extra: str) -> int:
+    return cli.main(["run", str(path), "--local", "--out", str(out), "--quiet", *extra])
+
+
+def result(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "result.json").read_text())
+    return loaded
+
+
+def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=120)
+    out = tmp_path / "out"
+    assert run(path, out, "--fail-on-reject") == 0
+    status = result(out)
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status["message"]
+    stage = status["stages"][0]
+    assert stage["speedup"]["ciLow"] >= 1.05
+    assert stage["outputMatch"] == 1.0
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    arms = {json.loads(line)["arm"] for line in lines}
+    assert arms == {"control", "treatment"}
+
+
+def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-1b"})
+    out = tmp_path / "out"
+    assert run(path, out, "--fail-on-reject") == 1
+    status = result(out)
+    assert status["verdict"] == "Reject", status["message"]
+    assert status["stages"][0]["speedup"]["ciHigh"] < 1.05
+
+
+def test_a_lossy_treatment_is_rejected_for_output_mismatch(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path, simulator={"profile": "h200-8b-draft-tiny", "outputMismatchRate": 0.5}
+    )
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert status["verdict"] == "Reject"
+    assert status["reason"] == "OutputMismatch"
+    assert status["stages"][0]["outputMatch"] < 0.9
+
+
+def test_invalid_files_exit_two_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "nope"})
+    out = tmp_path / "out"
+    assert run(path, out) == 2
+    assert "spec.engine.simulator.profile: unknown profile 'nope'" in capsys.readouterr().err
+    assert not (out / "logs").exists()
+
+
+def test_without_local_it_says_how_to_run_on_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["run", "x.yaml"]) == 2
+    assert "kubectl apply -f x.yaml" in capsys.readouterr().err
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny", "decodeStepMs": 5.0},
+        requests=400,
+        sequential=False,
+    )
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdecode", "run", str(path), "--local", "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        requests = out / "requests.jsonl"
+        while time.monotonic() < deadline:
+            measured = (
+                [line for line in requests.read_text().splitlines() if '"warmup":false' in line]
+                if (requests.exists())
+                else []
+            )
+            if len(measured) >= 10:
+                break
+            time.sleep(0.2)
+        arms = children_of(process.pid)
+        assert len(arms) == 2, arms
+        treatment = next(
+            pid
+            for pid in arms
+            if "treatment" in Path(f"/proc/{pid}/cmdline").read_text()
+            or "--speculative-config" in Path(f"/proc/{pid}/cmdline").read_text()
+        )
+        os.kill(treatment, signal.SIGKILL)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 3, err
+    status = result(out)
+    assert status["phase"] == "Failed" and status["reason"] == "EngineCrashed"
+    assert "treatment arm exited" in status["message"]
+    assert "verdict" not in status
+    assert len((out / "requests.jsonl").read_text().splitlines()) >= 10
+    for pid in arms:
+        assert not alive(pid), f"process {pid} left behind"

@@ -1,0 +1,121 @@
+"""report.html, the terminal table, the results directory and `specdecode report DIR`."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import TypeAlias
+
+import pytest
+from rich.console import Console
+
+from specdecode import cli
+from specdecode.experiment import validation, verdict
+from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.spec import ExperimentSpec
+from specdecode.experiment.status import ExperimentStatus
+from specdecode.report import results, svg, terminal
+from specdecode.report.page import render_html
+from tests.factories import experiment_document
+from tests.report import synthetic
+
+Finished: TypeAlias = tuple[ExperimentStatus, list[RequestRecord], list[StageWindow]]
+
+
+@pytest.fixture
+def spec() -> ExperimentSpec:
+    parsed, _ = validation.parse_experiment(experiment_document())
+    return parsed
+
+
+@pytest.fixture
+def finished(spec: ExperimentSpec) -> Finished:
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.9}, n=60)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus(validity={"valid": True}))
+    return status, records, windows
+
+
+def test_report_is_self_contained(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    html = render_html(status, records, windows, spec, name="exp")
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)=["']?https?:""", html)
+    assert "@import" not in html and "url(" not in html
+    # speed-up vs load, 3 CDFs and an acceptance chart per stage
+    assert html.count("<svg") == 1 + 2 * 4
+    for needle in (
+        "Validity",
+        "Provenance",
+        "Recommendation",
+        "num_speculative_tokens_per_batch_size",
+        "TPOT p90",
+    ):
+        assert needle in html
+
+
+def test_report_escapes_text(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    status = status.model_copy(update={"message": "<b>x</b>"})
+    assert "&lt;b&gt;x&lt;/b&gt;" in render_html(status, records, windows, spec)
+
+
+def test_report_without_data_still_renders(spec: ExperimentSpec) -> None:
+    status = verdict.analyse(spec, [], []).apply(ExperimentStatus())
+    html = render_html(status, [], [], spec)
+    assert "Failed" in html and "no data" in html
+
+
+def test_terminal_table_names_every_stage(finished: Finished) -> None:
+    status = finished[0]
+    out = io.StringIO()
+    Console(file=out, width=200).print(terminal.render_terminal(status))
+    text = out.getvalue()
+    assert (
+        "Reject" in text
+        and "low" in text
+        and "c16" in text
+        and "num_speculative_tokens_per_batch_size" in text
+    )
+
+
+def test_results_round_trip_and_the_report_command(
+    tmp_path: Path,
+    spec: ExperimentSpec,
+    finished: Finished,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, records, windows = finished
+    written = results.write_results(tmp_path, status, records, windows, spec, name="exp")
+    assert {p.name for p in written} == {
+        "result.json",
+        "report.html",
+        "requests.jsonl",
+        "windows.json",
+        "experiment.yaml",
+    }
+    wire = json.loads((tmp_path / "result.json").read_text())
+    assert (
+        wire["verdict"] == "Reject" and "speedupSummary" in wire and "ciLow" in wire["stages"][0]["speedup"]
+    )
+    loaded = results.load_results(tmp_path)
+    assert loaded.status == status and len(loaded.records) == len(records) and loaded.spec == spec
+    (tmp_path / "report.html").unlink()
+    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_OK
+    assert (tmp_path / "report.html").exists()
+    assert "Reject" in capsys.readouterr().out
+
+
+def test_report_command_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_INVALID
+    assert "result.json: no such file" in capsys.readouterr().err
+
+
+def test_plots_handle_degenerate_input() -> None:
+    assert "no data" in svg.cdf("t", {"control": []}, xlabel="ms")
+    assert "<polyline" in svg.cdf("t", {"control": [5.0, 5.0]}, xlabel="ms")
+    assert "no data" in svg.intervals("t", [], ylabel="x")
+    assert "<circle" in svg.intervals("t", [svg.Interval("a", 1.0, None, None)], ylabel="x", reference=1.1)
+    assert "no data" in svg.bars("t", {}, xlabel="p", ylabel="r")
