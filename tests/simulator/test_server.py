@@ -409,3 +409,31 @@ def test_openai_sdk_streams_with_usage(start_sim: StartSim, chat: bool) -> None:
             assert resp.choices[0].message.role == "assistant"
     finally:
         client.close()
+
+
+def test_step_boundaries_follow_absolute_deadlines_without_drift(start_sim: StartSim) -> None:
+    # One sequence, control: every decode step lasts decode_step_ms + batch_token_ms = 5.0 ms exactly.
+    sim = start_sim("--decode-step-ms", "4.9", "--batch-token-ms", "0.1", "--request-overhead-ms", "0")
+    sim.stream("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 200, "ignore_eos": True},
+               headers={"x-request-id": "drift"})  # fmt: skip
+    (rec,) = sim.ground_truth("drift")
+    boundaries = [b for _, _, b in rec["chunks"]]
+    decode = boundaries[1:]  # after the prefill step
+    # Boundaries are computed (anchor + n x step), never re-read from the clock: no lateness carries over.
+    for i, b in enumerate(decode):
+        assert b - decode[0] == pytest.approx(i * 0.005, abs=1e-9)
+
+
+def test_without_ignore_eos_the_output_stops_at_a_deterministic_eos(start_sim: StartSim) -> None:
+    sim = start_sim(*FAST)
+    reasons = set()
+    for p in PROMPTS[:10]:
+        body = {"model": "m", "prompt": p, "max_tokens": 600}
+        _, first = sim.post("/v1/completions", body)
+        _, again = sim.post("/v1/completions", body)
+        assert first["choices"][0]["text"] == again["choices"][0]["text"]
+        n = first["usage"]["completion_tokens"]
+        reason = first["choices"][0]["finish_reason"]
+        assert (reason == "stop" and n < 600) or (reason == "length" and n == 600)
+        reasons.add(reason)
+    assert "stop" in reasons

@@ -21,6 +21,9 @@ class SimParams:
     """Extra step time per verified decode token in the step (decode seqs x (k+1)); the compute slope."""
     prefill_token_ms: float = 0.014
     """Prefill time per prompt token (chunked under max_num_batched_tokens)."""
+    request_overhead_ms: float = 12.0
+    """API-server time between a request's arrival and its entry into the engine's queue (HTTP,
+    tokenisation, scheduling): part of TTFT and E2E, not of TPOT. 12 ms matches the H200's TTFT at C = 1."""
     max_num_seqs: int = 256
     """Batch cap; more requests wait in a FIFO queue."""
     max_num_batched_tokens: int = 8192
@@ -50,10 +53,10 @@ class SimParams:
 PROFILES: dict[str, SimParams] = {
     # Fitted by benchmarks/simulator/fit.py (residuals in benchmarks/README.md). The target's
     # decode_step_ms, batch_token_ms and prefill_token_ms are shared (the defaults above).
-    # 16-layer draft: a pass costs 2.5 ms + 0.9 x the target step (about 6.7 ms at batch 1).
-    "h200-8b-draft-1b": SimParams(draft_cost_ratio=0.9, draft_fixed_ms=2.5),
-    # 2-layer draft: a pass costs 0.48 x the target step (about 2.2 ms at batch 1, growing with the batch).
-    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.48, draft_fixed_ms=0.0),
+    # 16-layer draft: a pass costs 6.2 ms + 0.1 x the target step (about 6.7 ms at batch 1).
+    "h200-8b-draft-1b": SimParams(draft_cost_ratio=0.1, draft_fixed_ms=6.2),
+    # 2-layer draft: a pass costs 0.8 ms + 0.3 x the target step (about 2.2 ms at batch 1).
+    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.3, draft_fixed_ms=0.8),
 }
 
 DEFAULT_PROFILE = "h200-8b-draft-tiny"

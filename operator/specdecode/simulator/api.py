@@ -12,7 +12,9 @@ final chunk with `choices: []` (and `metrics.speculative_decoding` with
 every chunk; one chunk carries all tokens of a step; errors are `{"error": {message, type, param,
 code}}`; `/v1` needs `Authorization: Bearer <key>` when `--api-key` is set; a request with
 `min_p > 0` or `logit_bias` is refused while speculation is on. Text is ASCII words (see `text`),
-so chunk JSON is assembled from pre-rendered pieces without escaping.
+so chunk JSON is assembled from pre-rendered pieces without escaping. Sampling parameters
+(`temperature`, `top_p`, per-request `seed`, ...) are accepted and do not change the text: it is
+always the "greedy" output for (server seed, prompt), so both arms can be compared exactly.
 
 Fault injection, deterministic per request (keyed by seed, prompt and `x-request-id`):
 `error_rate` (half answered HTTP 500, half — of streams — an in-stream error halfway),

@@ -32,7 +32,20 @@ class Engine:
         self._stopping = False
 
     def submit(self, seq: Sequence) -> None:
-        """Queue a request; wakes the loop when idle."""
+        """Queue a request after the API-server overhead; wakes the loop when idle."""
+        overhead = self.scheduler.params.request_overhead_ms / 1000.0
+        if overhead > 0:
+            asyncio.get_running_loop().call_at(
+                asyncio.get_running_loop().time() + overhead - (time.monotonic() - seq.arrival),
+                self._enqueue,
+                seq,
+            )
+        else:
+            self._enqueue(seq)
+
+    def _enqueue(self, seq: Sequence) -> None:
+        if seq.aborted:
+            return
         self.scheduler.add(seq)
         self._wake.set()
 

@@ -1,10 +1,11 @@
 """A small HTTP/1.1 server on asyncio + httptools: just what vLLM's clients use.
 
 Why not uvicorn + ASGI: with ASGI every stream's chunk goes through its own task (`await send`),
-so one engine step that emits to 500 streams costs 500 task wake-ups (~20-30 µs each, i.e. ~10 ms
-of lag for the last stream). Here the engine writes each step's pre-rendered chunks straight to
-the sockets in one loop (~2-4 µs each), which is what keeps the p99 lag between the step boundary
-and the chunk write under 2 ms at 500 streams (benchmarks/simulator).
+so one engine step that emits to 500 streams costs 500 task wake-ups plus ASGI message dicts
+(tens of µs each, i.e. ~10 ms of lag for the last stream). Here the engine writes each step's
+pre-rendered chunks straight to the sockets in one loop, about 1 µs of Python per chunk on top of
+the kernel's loopback send (3-7 µs on the 2-vCPU VM we measured on; `benchmarks/simulator/sendfloor.py`
+measures that floor). See benchmarks/README.md for the lag this gives per number of streams.
 
 Supported: keep-alive, pipelined requests (answered in order), `Content-Length` bodies, chunked
 responses for SSE. Not supported (not needed by OpenAI clients, Prometheus or the load generator):

@@ -114,6 +114,7 @@ PARAM_FLAGS: dict[str, type] = {
     "decode_step_ms": float,
     "batch_token_ms": float,
     "prefill_token_ms": float,
+    "request_overhead_ms": float,
     "max_num_seqs": int,
     "max_num_batched_tokens": int,
     "kv_cache_tokens": int,

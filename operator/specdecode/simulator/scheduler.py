@@ -29,6 +29,9 @@ token also reads its sequence's KV cache, so on the H200 it costs about as much 
 in a large chunk (both ≈ 0.02 ms); a draft pass costs a fixed launch/sync part plus a fraction of a
 target step at the same batch. Speculation thus wins while the target step is memory-bound (small
 batch) and loses once k+1 verified tokens per sequence make it compute-bound.
+A request enters the waiting queue `request_overhead_ms` after it arrives (API server: HTTP,
+tokenisation), which TTFT and E2E include and TPOT does not; the engine and the virtual-time
+driver apply it, the scheduler only sees the queue.
 Fitted values: `experiment/simprofiles.py`; the fit: `benchmarks/simulator/fit.py`.
 """
 

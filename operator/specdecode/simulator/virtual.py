@@ -8,6 +8,7 @@ the H200 reference: C clients, each sends its next request when the previous one
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from dataclasses import dataclass
 
@@ -71,25 +72,38 @@ def closed_loop(
     now = 0.0
     done: list[RequestTiming] = []
 
+    delayed: list[tuple[float, int, Sequence]] = []  # (enters the queue at, order, seq)
+
     def send() -> None:
         nonlocal sent
-        sched.add(
-            Sequence(
-                request_id=str(sent),
-                prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens,
-                finish_reason="length",
-                arrival=now,
-                max_tokens=output_tokens,
-            )
+        heapq.heappush(
+            delayed,
+            (
+                now + params.request_overhead_ms / 1000.0,
+                sent,
+                Sequence(
+                    request_id=str(sent),
+                    prompt_tokens=prompt_tokens,
+                    output_tokens=output_tokens,
+                    finish_reason="length",
+                    arrival=now,
+                    max_tokens=output_tokens,
+                ),
+            ),
         )
         sent += 1
 
     for _ in range(min(concurrency, num_requests)):
         send()
     while True:
+        if not sched.has_work() and delayed:
+            now = max(now, delayed[0][0])
+        while delayed and delayed[0][0] <= now:
+            sched.add(heapq.heappop(delayed)[2])
         step = sched.plan(now)
         if step is None:
+            if delayed:
+                continue
             break
         now += step.duration_s
         sched.complete(step, now)
