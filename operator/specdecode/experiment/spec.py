@@ -117,8 +117,12 @@ class SimulatorSpec(Model):
     """Extra step time per token processed in the step (the compute-bound slope), in milliseconds."""
     prefill_token_ms: float | None = Field(default=None, ge=0, le=1_000)
     """Prefill time per prompt token, in milliseconds."""
+    request_overhead_ms: float | None = Field(default=None, ge=0, le=10_000)
+    """Time from a request's arrival to the engine queue (HTTP, tokenisation, scheduling): TTFT and E2E only."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=65_536)
     """Batch cap; further requests wait in the queue."""
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    """Tokens one step may process (chunked prefill budget), as vLLM's --max-num-batched-tokens."""
     acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     """Per-position conditional acceptance probability of a draft token (treatment arm)."""
     draft_cost_ratio: float | None = Field(default=None, ge=0, le=100)
