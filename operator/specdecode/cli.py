@@ -60,8 +60,6 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
     from specdecode.report import results, terminal
 
     try:
@@ -69,7 +67,7 @@ def _report(args: argparse.Namespace) -> int:
     except results.ResultsError as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
-    Console().print(terminal.render_terminal(loaded.status))
+    terminal.console().print(terminal.render_terminal(loaded.status))
     print(f"wrote {Path(args.directory) / results.REPORT}")
     return EXIT_OK
 

@@ -59,7 +59,7 @@ class ArmFailure(Exception):
 
 def run(path: Path, options: Options) -> int:
     """Run one experiment file; returns the exit status of design.md §4."""
-    console = Console(stderr=True)
+    console = terminal.console(stderr=True)
     try:
         experiment = documents.load_experiment(path)
     except (validation.InvalidSpecError, documents.UnreadableFileError) as exc:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from specdecode.experiment import records
 from specdecode.loadgen import runner
+from specdecode.report import terminal
 
 
 @dataclass
@@ -119,7 +120,7 @@ class LiveView(View):
 
     def __init__(self, console: Console | None = None) -> None:
         super().__init__()
-        self.console = console or Console(stderr=True)
+        self.console = console or terminal.console(stderr=True)
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+import sys
+
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -78,3 +80,9 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
         parts.append(Text(line))
     return Group(*parts)
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the summary: the terminal's width, or 140 columns in logs (CI, pipes)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 140)
