@@ -86,6 +86,10 @@ class Server:
                 "1024",
                 "--seed",
                 "1",
+                # the simulator spins for its last 1.5 ms before each step; under SCHED_FIFO that spin
+                # exhausts the real-time budget and the kernel throttles the client's CPU too
+                "--wake-margin-ms",
+                "0" if realtime else "1.5",
             ]
             if spec_k:
                 cmd += [
