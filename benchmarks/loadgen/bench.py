@@ -120,6 +120,11 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError("simulator did not start")
 
+    def sim_records(self) -> list[dict[str, Any]]:
+        """The simulator's raw ground truth (one object per finished request)."""
+        with urllib.request.urlopen(self.url + "/sim/ground_truth", timeout=30) as resp:
+            return [json.loads(line) for line in resp.read().decode().splitlines()]
+
     def truth(self) -> dict[str, tuple[float, list[tuple[float, int]]]]:
         if self.kind == "sim":
             with urllib.request.urlopen(self.url + "/sim/ground_truth", timeout=30) as resp:
@@ -281,7 +286,7 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
             "--profile",
             f"kind=concurrent,streams={streams}",
             "--constraint",
-            f"kind=max_requests,max_num={n}",
+            f"kind=max_requests,count={n}",
             "--data",
             f"kind=json_file,path={prompts}",
             "--output",
@@ -292,7 +297,7 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         elapsed = time.monotonic() - t0
-        truth = srv.truth()
+        sim_truth = srv.sim_records() if kind == "sim" else []
     result: dict[str, Any] = {
         "streams": streams,
         "returncode": proc.returncode,
@@ -301,14 +306,38 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         "load_after": load(),
         "command": " ".join(cmd),
     }
+    if kind != "sim":
+        result["error"] = "the comparison joins on the simulator's response ids: use --server sim"
+        return result
     if proc.returncode != 0 or not report.exists():
         result["error"] = (proc.stderr or proc.stdout)[-2000:]
         return result
-    server_ttft = [(e[0][0] - arr) * 1e3 for arr, e in truth.values() if e]
-    server_tpot = [(e[-1][0] - e[0][0]) * 1e3 / (e[-1][1] - 1) for _, e in truth.values() if len(e) > 1]
-    result["server_ttft_ms"] = pct(server_ttft)
-    result["server_tpot_ms"] = pct(server_tpot)
-    result["report"] = str(report)
+    # Per request, joined on the response id: GuideLLM stamps time.time(), the simulator
+    # CLOCK_MONOTONIC plus its wall_minus_monotonic offset.
+    by_id = {r["request_id"]: r for r in sim_truth}
+    doc = json.loads(report.read_text())
+    ttft_err: list[float] = []
+    tpot_err: list[float] = []
+    for req in doc["benchmarks"][0]["requests"]["successful"]:
+        truth_rec = by_id.get(req.get("response_id"))
+        timings = req["info"]["timings"]
+        if truth_rec is None or not truth_rec["chunks"] or req.get("time_to_first_token_ms") is None:
+            continue
+        offset = truth_rec["wall_minus_monotonic"]
+        cum, emits = 0, []
+        for written, tokens, *_ in truth_rec["chunks"]:
+            cum += tokens
+            emits.append((written + offset, cum))
+        true_ttft = (emits[0][0] - timings["request_start"]) * 1e3
+        ttft_err.append(req["time_to_first_token_ms"] - true_ttft)
+        if cum > 1 and req.get("inter_token_latency_ms") is not None:
+            tpot_err.append(req["inter_token_latency_ms"] - (emits[-1][0] - emits[0][0]) * 1e3 / (cum - 1))
+    result["matched"] = len(ttft_err)
+    result["ttft_error_ms"] = pct(ttft_err)
+    result["ttft_abs_error_p99_ms"] = summary.quantile([abs(x) for x in ttft_err], 0.99)
+    result["tpot_error_ms"] = pct(tpot_err)
+    result["tpot_abs_error_p99_ms"] = summary.quantile([abs(x) for x in tpot_err], 0.99)
+    result["guidellm"] = _guidellm_figures(report)
     return result
 
 
@@ -376,8 +405,6 @@ def main() -> int:
                     python=python,
                     out=Path(tmp) / f"g{c}",
                 )
-                if "report" in r:
-                    r["guidellm"] = _guidellm_figures(Path(r.pop("report")))
                 results["guidellm"].append(r)
                 print(json.dumps(r)[:2000], flush=True)
     ok_rates = [p["rate"] for p in results["pacing"] if (p["schedule_lag_ms"]["p99"] or 0) <= 1.0]
