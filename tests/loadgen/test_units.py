@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 from scipy import stats
 
 from specdecode.experiment import records, spec
-from specdecode.loadgen import http, plan, schedule, scrape, sse, summary, workload
+from specdecode.loadgen import http, pacer, plan, schedule, scrape, sse, summary, workload
 from specdecode.loadgen.runner import diverges_at
 
 # ------------------------------------------------------------------------------------------ schedule
@@ -294,3 +296,22 @@ def test_scraped_counters_are_summed_over_labels_and_differenced_per_window() ->
     assert m.requests_success == 10.0
     assert m.num_draft_tokens is None and m.kv_cache_usage_max == 0.5
     assert scrape.delta(None, after, None).num_drafts is None
+
+
+# ------------------------------------------------------------------------------------------ pacer
+
+
+def test_the_pacer_never_wakes_before_its_target_and_uses_a_timerfd_on_linux() -> None:
+    async def main() -> tuple[bool, list[float]]:
+        lags: list[float] = []
+        with pacer.Pacer() as clock:
+            target = time.monotonic()
+            for _ in range(50):
+                target += 0.002
+                await clock.sleep_until(target)
+                lags.append(time.monotonic() - target)
+            return clock.precise, lags
+
+    precise, lags = asyncio.run(main())
+    assert min(lags) >= 0.0
+    assert precise == sys.platform.startswith("linux")
