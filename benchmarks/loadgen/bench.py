@@ -44,7 +44,7 @@ from typing import Any
 
 from specdecode.experiment import records, spec
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner, summary
+from specdecode.loadgen import runner, sse, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
@@ -194,6 +194,69 @@ def pct(values: list[float]) -> dict[str, float | None]:
         "p50": summary.quantile(values, 0.5),
         "p99": summary.quantile(values, 0.99),
         "max": max(values) if values else None,
+    }
+
+
+def httpx_error(kind: str, streams: int, *, realtime: bool, python: str) -> dict[str, Any]:
+    """The same closed loop on httpx (the project's default client), stamping each `aiter_raw` chunk.
+
+    Why the load generator has its own client: this is what httpx's stack adds to the stamps.
+    """
+    import httpx
+
+    with servers(kind, 1, realtime=realtime, python=python) as (srv,):
+        n = max(2 * streams, 200)
+        plan = make_plan(
+            [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
+        )
+        reqs = plan.stages[0].requests
+        rows: list[tuple[str, float, list[tuple[float, bytes]]]] = []
+
+        async def main() -> None:
+            limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+            async with httpx.AsyncClient(
+                base_url=srv.url, limits=limits, timeout=httpx.Timeout(60.0)
+            ) as client:
+                next_i = 0
+
+                async def worker() -> None:
+                    nonlocal next_i
+                    while next_i < n:
+                        i = next_i
+                        next_i += 1
+                        rid = f"httpx-{i}"
+                        headers = {"content-type": "application/json", "x-request-id": rid}
+                        pieces: list[tuple[float, bytes]] = []
+                        sent = time.monotonic()
+                        async with client.stream(
+                            "POST", reqs[i].path, content=reqs[i].body, headers=headers
+                        ) as r:
+                            async for chunk in r.aiter_raw():
+                                pieces.append((time.monotonic(), chunk))
+                        rows.append((rid, sent, pieces))
+
+                await asyncio.gather(*(worker() for _ in range(streams)))
+
+        with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+            loop.run(main())
+        truth = srv.truth()
+    ttft_err, tpot_err = [], []
+    for rid, _sent, pieces in rows:
+        stream = sse.parse(sse.split_events(pieces))
+        _, emits = truth[rid]
+        ev = stream.token_events
+        ttft_err.append((ev[0][0] - emits[0][0]) * 1e3)
+        n_tok = ev[-1][1]
+        tpot_err.append(((ev[-1][0] - ev[0][0]) - (emits[-1][0] - emits[0][0])) * 1e3 / (n_tok - 1))
+    return {
+        "client": "httpx " + httpx.__version__,
+        "streams": streams,
+        "ok": len(rows),
+        "ttft_error_ms": pct(ttft_err),
+        "ttft_abs_error_p99_ms": summary.quantile([abs(x) for x in ttft_err], 0.99),
+        "tpot_error_ms": pct(tpot_err),
+        "tpot_abs_error_p99_ms": summary.quantile([abs(x) for x in tpot_err], 0.99),
+        "load": load(),
     }
 
 
@@ -357,6 +420,7 @@ def main() -> int:
         "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
     )
     ap.add_argument("--out", type=Path, help="write the results JSON here")
+    ap.add_argument("--httpx", action="store_true", help="also measure the same closed loop on httpx")
     args = ap.parse_args()
     python = args.sim_python if args.server == "sim" else sys.executable
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the client: one core
@@ -376,6 +440,7 @@ def main() -> int:
         "error": [],
         "pacing": [],
         "guidellm": [],
+        "httpx": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
         for c in [int(x) for x in args.streams.split(",") if x]:
@@ -384,6 +449,11 @@ def main() -> int:
             )
             results["error"].append(r)
             print(json.dumps(r), flush=True)
+        if args.httpx:
+            for c in [int(x) for x in args.streams.split(",") if x]:
+                r = httpx_error(args.server, c, realtime=args.realtime, python=python)
+                results["httpx"].append(r)
+                print(json.dumps(r), flush=True)
         for rate in [float(x) for x in args.rates.split(",") if x]:
             r = pacing(
                 args.server,
