@@ -18,8 +18,9 @@ Usage (from the repository root, with the project's venv):
    concurrency against a fresh simulator; its TTFT/ITL percentiles next to the server's.
 
 The client runs in this process, pinned to CPU 0 (`os.sched_setaffinity`); servers run on the
-other CPUs. `--realtime` puts client and servers under SCHED_FIFO (needs root) to separate the
-client's own overhead from other processes on a shared machine. `uptime`'s load is recorded with
+other CPUs. `--realtime` puts the client (and GuideLLM) under SCHED_FIFO (needs root) to separate
+the client's own overhead from other processes on a shared machine; `--server-realtime` the
+servers too (then without the simulator's pre-step spin, which would use up the real-time budget). `uptime`'s load is recorded with
 every figure.
 """
 
@@ -50,6 +51,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
 
 
+#: `--server-realtime`: servers under SCHED_FIFO too (else they run as normal processes on their CPUs)
+SERVER_REALTIME = False
+
+
 def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
@@ -70,7 +75,8 @@ class Server:
         self.kind = kind
         cpus = sorted(os.sched_getaffinity(0))
         pin = ["taskset", "-c", ",".join(str(c) for c in cpus[1:]) or "0"] if len(cpus) > 1 else []
-        rt = ["chrt", "-f", "10"] if realtime else []
+        rt = ["chrt", "-f", "10"] if realtime and SERVER_REALTIME else []
+        realtime = realtime and SERVER_REALTIME
         if kind == "sim":
             self.port = free_port()
             cmd = [
@@ -358,7 +364,8 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         ]
         load_before = load()
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        rt = ["chrt", "-f", "10"] if realtime else []  # the same priority as our client
+        proc = subprocess.run(rt + cmd, capture_output=True, text=True, timeout=600, check=False)
         elapsed = time.monotonic() - t0
         sim_truth = srv.sim_records() if kind == "sim" else []
     result: dict[str, Any] = {
@@ -415,7 +422,8 @@ def main() -> int:
     ap.add_argument("--streams", default="50,200,500")
     ap.add_argument("--rates", default="100,200,300,400")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each open-loop rate step")
-    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for client and servers (root)")
+    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for the client (and GuideLLM) (root)")
+    ap.add_argument("--server-realtime", action="store_true", help="SCHED_FIFO for the servers too")
     ap.add_argument(
         "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
     )
@@ -424,8 +432,10 @@ def main() -> int:
     args = ap.parse_args()
     python = args.sim_python if args.server == "sim" else sys.executable
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the client: one core
-    if args.realtime:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    global SERVER_REALTIME
+    SERVER_REALTIME = args.server_realtime
+    if args.realtime:  # children (servers) do not inherit it: SCHED_RESET_ON_FORK
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -436,6 +446,7 @@ def main() -> int:
         },
         "server": args.server,
         "realtime": args.realtime,
+        "server_realtime": args.server_realtime,
         "client_cpu": sorted(os.sched_getaffinity(0)),
         "error": [],
         "pacing": [],
