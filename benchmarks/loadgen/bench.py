@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -53,6 +54,8 @@ FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
 
 #: `--server-realtime`: servers under SCHED_FIFO too (else they run as normal processes on their CPUs)
 SERVER_REALTIME = False
+#: `--loop-stamps`: stamp reads when the event loop delivers them, not with the kernel's receive time
+LOOP_STAMPS = False
 
 
 def load() -> str:
@@ -272,6 +275,8 @@ def measurement_error(kind: str, streams: int, *, realtime: bool, python: str, o
         plan = make_plan(
             [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
         )
+        if LOOP_STAMPS:
+            plan = dataclasses.replace(plan, kernel_timestamps=False)
         load_before = load()
         result = run_plan(plan, {"control": runner.Endpoint(srv.url)}, out)
         truth = srv.truth()
@@ -424,6 +429,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each open-loop rate step")
     ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for the client (and GuideLLM) (root)")
     ap.add_argument("--server-realtime", action="store_true", help="SCHED_FIFO for the servers too")
+    ap.add_argument("--loop-stamps", action="store_true", help="our client without kernel receive timestamps")
     ap.add_argument(
         "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
     )
@@ -432,8 +438,9 @@ def main() -> int:
     args = ap.parse_args()
     python = args.sim_python if args.server == "sim" else sys.executable
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the client: one core
-    global SERVER_REALTIME
+    global SERVER_REALTIME, LOOP_STAMPS
     SERVER_REALTIME = args.server_realtime
+    LOOP_STAMPS = args.loop_stamps
     if args.realtime:  # children (servers) do not inherit it: SCHED_RESET_ON_FORK
         os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
     results: dict[str, Any] = {
@@ -447,6 +454,7 @@ def main() -> int:
         "server": args.server,
         "realtime": args.realtime,
         "server_realtime": args.server_realtime,
+        "loop_stamps": args.loop_stamps,
         "client_cpu": sorted(os.sched_getaffinity(0)),
         "error": [],
         "pacing": [],

@@ -1,11 +1,13 @@
-"""A lean HTTP/1.1 client on asyncio protocols: the load generator's timing instrument.
+"""A lean HTTP/1.1 client on asyncio: the load generator's timing instrument.
 
 Why not httpx (the project's default client): the timestamp of a streamed event must be taken when
-its bytes reach the process, not when a coroutine further up a stack of async iterators gets
-scheduled. Here `data_received` is the first Python code that sees the bytes; it stamps them with
-`time.monotonic()` before anything else and only splits the HTTP framing (chunked transfer coding)
-on the hot path. SSE splitting and JSON parsing happen after the stream ends (`sse.py`). The
-measured difference against httpx is in `benchmarks/README.md` ("Why a lean client").
+its bytes reach the machine, not when a coroutine further up a stack of async iterators gets
+scheduled. On plain-HTTP Linux connections each socket read is stamped with the kernel's receive
+time (SO_TIMESTAMPNS through `recvmsg`, `_SocketTransport`); elsewhere `data_received` is the first
+Python code that sees the bytes and stamps them with `time.monotonic()` before anything else. The
+hot path only appends `(time, bytes)`; the chunked framing (`Response.decode`), SSE splitting and
+JSON parsing happen after the stream ends (`sse.py`). The measured difference against httpx is in
+`benchmarks/README.md` ("Why the load generator has its own HTTP client").
 
 Scope, on purpose: HTTP/1.1, `Content-Length` or chunked bodies (or close-delimited), keep-alive
 with a LIFO pool per endpoint, optional TLS. No redirects, no proxies, no HTTP/2: the targets are

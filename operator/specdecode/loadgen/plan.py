@@ -67,6 +67,8 @@ class Plan:
     """How often /metrics is read during a stage for gauges (kv cache usage max); 0 disables."""
     lead_s: float = 0.05
     """Open loop: the first intended send is this long after the stage starts."""
+    kernel_timestamps: bool = True
+    """Stamp reads with the kernel's receive time where possible (plain HTTP on Linux)."""
     budgets: Budgets = field(default_factory=Budgets)
     description: dict[str, object] = field(default_factory=dict)
     """Echoed into the summary (arrival process, dataset, ...)."""

@@ -200,7 +200,9 @@ class _Run:
         self.stop_rule = stop_rule
         self.progress_cb = progress
         self.origins = {arm: http.Origin.parse(ep.url) for arm, ep in endpoints.items()}
-        self.pools = {arm: http.Pool(self.origins[arm]) for arm in self.arms}
+        self.pools = {
+            arm: http.Pool(self.origins[arm], kernel_stamps=plan.kernel_timestamps) for arm in self.arms
+        }
         self.metric_pools = {
             arm: http.Pool(http.Origin.parse(ep.metrics_url or ep.url)) for arm, ep in endpoints.items()
         }
@@ -660,6 +662,7 @@ class _Run:
                 cpu_percent=cpu,
                 interrupted=interrupted,
                 connections={a: p.opened for a, p in self.pools.items()},
+                stamps="kernel" if all(p.kernel_timestamps for p in self.pools.values()) else "loop",
             )
             (self.out_dir / SUMMARY_FILE).write_text(
                 json.dumps(self.summary, indent=1) + "\n", encoding="utf-8"

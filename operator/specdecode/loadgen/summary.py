@@ -47,7 +47,11 @@ DEFINITIONS = {
     "clock": "time.monotonic(); record times are seconds after anchor.monotonic (anchor.wall: Unix time)",
     "send": "just before the request bytes are written to an open connection (connection setup excluded,"
     " reported as connect_ms)",
-    "event time": "arrival of the event's first byte (one stamp per socket read, taken before any parsing)",
+    "event time": (
+        "arrival of the event's first byte: the kernel's receive time of the socket read that held it"
+        " (SO_TIMESTAMPNS; validity.stamps = kernel), else the moment the event loop delivered the read"
+        " (stamps = loop); always before any parsing"
+    ),
 }
 
 
@@ -183,6 +187,7 @@ def build(
     cpu_percent: float,
     interrupted: bool,
     connections: dict[str, int],
+    stamps: str = "loop",
 ) -> dict[str, Any]:
     """The `loadgen-summary.json` document."""
     stages: list[dict[str, Any]] = []
@@ -258,6 +263,7 @@ def build(
             "client_cpu_percent": cpu_percent,
             "client_cpu_budget_percent": b.cpu_percent,
             "connections_opened": connections,
+            "stamps": stamps,
         },
         "definitions": DEFINITIONS,
     }
