@@ -18,8 +18,9 @@ Usage (from the repository root, with the project's venv):
    concurrency against a fresh simulator; its TTFT/ITL percentiles next to the server's.
 
 The client runs in this process, pinned to CPU 0 (`os.sched_setaffinity`); servers run on the
-other CPUs. `--realtime` puts client and servers under SCHED_FIFO (needs root) to separate the
-client's own overhead from other processes on a shared machine. `uptime`'s load is recorded with
+other CPUs. `--realtime` puts the client (and GuideLLM) under SCHED_FIFO (needs root) to separate
+the client's own overhead from other processes on a shared machine; `--server-realtime` the
+servers too (then without the simulator's pre-step spin, which would use up the real-time budget). `uptime`'s load is recorded with
 every figure.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -44,10 +46,16 @@ from typing import Any
 
 from specdecode.experiment import records, spec
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner, summary
+from specdecode.loadgen import runner, sse, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
+
+
+#: `--server-realtime`: servers under SCHED_FIFO too (else they run as normal processes on their CPUs)
+SERVER_REALTIME = False
+#: `--loop-stamps`: stamp reads when the event loop delivers them, not with the kernel's receive time
+LOOP_STAMPS = False
 
 
 def load() -> str:
@@ -70,7 +78,8 @@ class Server:
         self.kind = kind
         cpus = sorted(os.sched_getaffinity(0))
         pin = ["taskset", "-c", ",".join(str(c) for c in cpus[1:]) or "0"] if len(cpus) > 1 else []
-        rt = ["chrt", "-f", "10"] if realtime else []
+        rt = ["chrt", "-f", "10"] if realtime and SERVER_REALTIME else []
+        realtime = realtime and SERVER_REALTIME
         if kind == "sim":
             self.port = free_port()
             cmd = [
@@ -86,6 +95,10 @@ class Server:
                 "1024",
                 "--seed",
                 "1",
+                # the simulator spins for its last 1.5 ms before each step; under SCHED_FIFO that spin
+                # exhausts the real-time budget and the kernel throttles the client's CPU too
+                "--wake-margin-ms",
+                "0" if realtime else "1.5",
             ]
             if spec_k:
                 cmd += [
@@ -115,6 +128,11 @@ class Server:
                 return
             time.sleep(0.1)
         raise RuntimeError("simulator did not start")
+
+    def sim_records(self) -> list[dict[str, Any]]:
+        """The simulator's raw ground truth (one object per finished request)."""
+        with urllib.request.urlopen(self.url + "/sim/ground_truth", timeout=30) as resp:
+            return [json.loads(line) for line in resp.read().decode().splitlines()]
 
     def truth(self) -> dict[str, tuple[float, list[tuple[float, int]]]]:
         if self.kind == "sim":
@@ -188,12 +206,77 @@ def pct(values: list[float]) -> dict[str, float | None]:
     }
 
 
+def httpx_error(kind: str, streams: int, *, realtime: bool, python: str) -> dict[str, Any]:
+    """The same closed loop on httpx (the project's default client), stamping each `aiter_raw` chunk.
+
+    Why the load generator has its own client: this is what httpx's stack adds to the stamps.
+    """
+    import httpx
+
+    with servers(kind, 1, realtime=realtime, python=python) as (srv,):
+        n = max(2 * streams, 200)
+        plan = make_plan(
+            [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
+        )
+        reqs = plan.stages[0].requests
+        rows: list[tuple[str, float, list[tuple[float, bytes]]]] = []
+
+        async def main() -> None:
+            limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+            async with httpx.AsyncClient(
+                base_url=srv.url, limits=limits, timeout=httpx.Timeout(60.0)
+            ) as client:
+                next_i = 0
+
+                async def worker() -> None:
+                    nonlocal next_i
+                    while next_i < n:
+                        i = next_i
+                        next_i += 1
+                        rid = f"httpx-{i}"
+                        headers = {"content-type": "application/json", "x-request-id": rid}
+                        pieces: list[tuple[float, bytes]] = []
+                        sent = time.monotonic()
+                        async with client.stream(
+                            "POST", reqs[i].path, content=reqs[i].body, headers=headers
+                        ) as r:
+                            async for chunk in r.aiter_raw():
+                                pieces.append((time.monotonic(), chunk))
+                        rows.append((rid, sent, pieces))
+
+                await asyncio.gather(*(worker() for _ in range(streams)))
+
+        with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+            loop.run(main())
+        truth = srv.truth()
+    ttft_err, tpot_err = [], []
+    for rid, _sent, pieces in rows:
+        stream = sse.parse(sse.split_events(pieces))
+        _, emits = truth[rid]
+        ev = stream.token_events
+        ttft_err.append((ev[0][0] - emits[0][0]) * 1e3)
+        n_tok = ev[-1][1]
+        tpot_err.append(((ev[-1][0] - ev[0][0]) - (emits[-1][0] - emits[0][0])) * 1e3 / (n_tok - 1))
+    return {
+        "client": "httpx " + httpx.__version__,
+        "streams": streams,
+        "ok": len(rows),
+        "ttft_error_ms": pct(ttft_err),
+        "ttft_abs_error_p99_ms": summary.quantile([abs(x) for x in ttft_err], 0.99),
+        "tpot_error_ms": pct(tpot_err),
+        "tpot_abs_error_p99_ms": summary.quantile([abs(x) for x in tpot_err], 0.99),
+        "load": load(),
+    }
+
+
 def measurement_error(kind: str, streams: int, *, realtime: bool, python: str, out: Path) -> dict[str, Any]:
     with servers(kind, 1, realtime=realtime, python=python) as (srv,):
         n = max(2 * streams, 200)
         plan = make_plan(
             [{"name": f"c{streams}", "concurrency": streams}], n, input_tokens=64, output_tokens=64
         )
+        if LOOP_STAMPS:
+            plan = dataclasses.replace(plan, kernel_timestamps=False)
         load_before = load()
         result = run_plan(plan, {"control": runner.Endpoint(srv.url)}, out)
         truth = srv.truth()
@@ -277,7 +360,7 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
             "--profile",
             f"kind=concurrent,streams={streams}",
             "--constraint",
-            f"kind=max_requests,max_num={n}",
+            f"kind=max_requests,count={n}",
             "--data",
             f"kind=json_file,path={prompts}",
             "--output",
@@ -286,9 +369,10 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         ]
         load_before = load()
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        rt = ["chrt", "-f", "10"] if realtime else []  # the same priority as our client
+        proc = subprocess.run(rt + cmd, capture_output=True, text=True, timeout=600, check=False)
         elapsed = time.monotonic() - t0
-        truth = srv.truth()
+        sim_truth = srv.sim_records() if kind == "sim" else []
     result: dict[str, Any] = {
         "streams": streams,
         "returncode": proc.returncode,
@@ -297,14 +381,38 @@ def guidellm(exe: str, kind: str, streams: int, *, realtime: bool, python: str, 
         "load_after": load(),
         "command": " ".join(cmd),
     }
+    if kind != "sim":
+        result["error"] = "the comparison joins on the simulator's response ids: use --server sim"
+        return result
     if proc.returncode != 0 or not report.exists():
         result["error"] = (proc.stderr or proc.stdout)[-2000:]
         return result
-    server_ttft = [(e[0][0] - arr) * 1e3 for arr, e in truth.values() if e]
-    server_tpot = [(e[-1][0] - e[0][0]) * 1e3 / (e[-1][1] - 1) for _, e in truth.values() if len(e) > 1]
-    result["server_ttft_ms"] = pct(server_ttft)
-    result["server_tpot_ms"] = pct(server_tpot)
-    result["report"] = str(report)
+    # Per request, joined on the response id: GuideLLM stamps time.time(), the simulator
+    # CLOCK_MONOTONIC plus its wall_minus_monotonic offset.
+    by_id = {r["request_id"]: r for r in sim_truth}
+    doc = json.loads(report.read_text())
+    ttft_err: list[float] = []
+    tpot_err: list[float] = []
+    for req in doc["benchmarks"][0]["requests"]["successful"]:
+        truth_rec = by_id.get(req.get("response_id"))
+        timings = req["info"]["timings"]
+        if truth_rec is None or not truth_rec["chunks"] or req.get("time_to_first_token_ms") is None:
+            continue
+        offset = truth_rec["wall_minus_monotonic"]
+        cum, emits = 0, []
+        for written, tokens, *_ in truth_rec["chunks"]:
+            cum += tokens
+            emits.append((written + offset, cum))
+        true_ttft = (emits[0][0] - timings["request_start"]) * 1e3
+        ttft_err.append(req["time_to_first_token_ms"] - true_ttft)
+        if cum > 1 and req.get("inter_token_latency_ms") is not None:
+            tpot_err.append(req["inter_token_latency_ms"] - (emits[-1][0] - emits[0][0]) * 1e3 / (cum - 1))
+    result["matched"] = len(ttft_err)
+    result["ttft_error_ms"] = pct(ttft_err)
+    result["ttft_abs_error_p99_ms"] = summary.quantile([abs(x) for x in ttft_err], 0.99)
+    result["tpot_error_ms"] = pct(tpot_err)
+    result["tpot_abs_error_p99_ms"] = summary.quantile([abs(x) for x in tpot_err], 0.99)
+    result["guidellm"] = _guidellm_figures(report)
     return result
 
 
@@ -319,16 +427,22 @@ def main() -> int:
     ap.add_argument("--streams", default="50,200,500")
     ap.add_argument("--rates", default="100,200,300,400")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each open-loop rate step")
-    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for client and servers (root)")
+    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO for the client (and GuideLLM) (root)")
+    ap.add_argument("--server-realtime", action="store_true", help="SCHED_FIFO for the servers too")
+    ap.add_argument("--loop-stamps", action="store_true", help="our client without kernel receive timestamps")
     ap.add_argument(
         "--guidellm", help="path of a guidellm executable (a throwaway venv, not a project dependency)"
     )
     ap.add_argument("--out", type=Path, help="write the results JSON here")
+    ap.add_argument("--httpx", action="store_true", help="also measure the same closed loop on httpx")
     args = ap.parse_args()
     python = args.sim_python if args.server == "sim" else sys.executable
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the client: one core
-    if args.realtime:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    global SERVER_REALTIME, LOOP_STAMPS
+    SERVER_REALTIME = args.server_realtime
+    LOOP_STAMPS = args.loop_stamps
+    if args.realtime:  # children (servers) do not inherit it: SCHED_RESET_ON_FORK
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -339,10 +453,13 @@ def main() -> int:
         },
         "server": args.server,
         "realtime": args.realtime,
+        "server_realtime": args.server_realtime,
+        "loop_stamps": args.loop_stamps,
         "client_cpu": sorted(os.sched_getaffinity(0)),
         "error": [],
         "pacing": [],
         "guidellm": [],
+        "httpx": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
         for c in [int(x) for x in args.streams.split(",") if x]:
@@ -351,6 +468,11 @@ def main() -> int:
             )
             results["error"].append(r)
             print(json.dumps(r), flush=True)
+        if args.httpx:
+            for c in [int(x) for x in args.streams.split(",") if x]:
+                r = httpx_error(args.server, c, realtime=args.realtime, python=python)
+                results["httpx"].append(r)
+                print(json.dumps(r), flush=True)
         for rate in [float(x) for x in args.rates.split(",") if x]:
             r = pacing(
                 args.server,
@@ -372,8 +494,6 @@ def main() -> int:
                     python=python,
                     out=Path(tmp) / f"g{c}",
                 )
-                if "report" in r:
-                    r["guidellm"] = _guidellm_figures(Path(r.pop("report")))
                 results["guidellm"].append(r)
                 print(json.dumps(r)[:2000], flush=True)
     ok_rates = [p["rate"] for p in results["pacing"] if (p["schedule_lag_ms"]["p99"] or 0) <= 1.0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 from scipy import stats
 
 from specdecode.experiment import records, spec
-from specdecode.loadgen import http, plan, schedule, scrape, sse, summary, workload
+from specdecode.loadgen import http, pacer, plan, schedule, scrape, sse, summary, workload
 from specdecode.loadgen.runner import diverges_at
 
 # ------------------------------------------------------------------------------------------ schedule
@@ -294,3 +296,53 @@ def test_scraped_counters_are_summed_over_labels_and_differenced_per_window() ->
     assert m.requests_success == 10.0
     assert m.num_draft_tokens is None and m.kv_cache_usage_max == 0.5
     assert scrape.delta(None, after, None).num_drafts is None
+
+
+# ------------------------------------------------------------------------------------------ pacer
+
+
+def test_the_pacer_never_wakes_before_its_target_and_uses_a_timerfd_on_linux() -> None:
+    async def main() -> tuple[bool, list[float]]:
+        lags: list[float] = []
+        with pacer.Pacer() as clock:
+            target = time.monotonic()
+            for _ in range(50):
+                target += 0.002
+                await clock.sleep_until(target)
+                lags.append(time.monotonic() - target)
+            return clock.precise, lags
+
+    precise, lags = asyncio.run(main())
+    assert min(lags) >= 0.0
+    assert precise == sys.platform.startswith("linux")
+
+
+def test_validity_flags_schedule_lag_always_and_loop_lag_only_when_the_loop_takes_the_stamps() -> None:
+    stage = plan.StagePlan(name="s", requests=(), rate=10.0, offsets=())
+    p = plan.Plan(stages=(stage,))
+    late = records.RequestRecord(
+        stage="s", index=0, arm="control", ok=True, intended=0.0, sent=0.009, first_token=0.05, end=0.1
+    )
+    window = records.StageWindow(stage="s", start=0.0, end=1.0)
+    anchor = records.RunAnchor(monotonic=0.0, wall=0.0)
+
+    def validity(stamps: str, recs: list[records.RequestRecord]) -> dict[str, Any]:
+        doc = summary.build(
+            p,
+            [summary.derive(r) for r in recs],
+            [window],
+            anchor,
+            loop_lags_ms=[20.0] * 10,
+            cpu_percent=10.0,
+            interrupted=False,
+            connections={},
+            stamps=stamps,
+        )
+        result: dict[str, Any] = doc["validity"]
+        return result
+
+    kernel = validity("kernel", [late])
+    assert not kernel["valid"] and kernel["reasons"] == ["schedule lag p99 9.00 ms > budget 5.00 ms"]
+    assert validity("kernel", [])["valid"]
+    loop = validity("loop", [])
+    assert not loop["valid"] and "event-loop lag" in loop["reasons"][0]

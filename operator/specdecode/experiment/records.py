@@ -56,7 +56,10 @@ class RequestRecord(Record):
     end: float | None = None
     """Last byte (or the failure)."""
     events: list[tuple[float, int]] = Field(default_factory=list)
-    """Every SSE event carrying tokens: (time, cumulative completion tokens from usage)."""
+    """Every SSE event carrying tokens: (time, cumulative completion tokens from usage).
+
+    The time is the arrival of the event's first byte: the kernel's receive time of that socket
+    read where available (plain HTTP on Linux), else when the client's event loop delivered it."""
     ok: bool = False
     """Completed with a 200 and a full stream."""
     http_status: int | None = None

@@ -1,11 +1,13 @@
-"""A lean HTTP/1.1 client on asyncio protocols: the load generator's timing instrument.
+"""A lean HTTP/1.1 client on asyncio: the load generator's timing instrument.
 
 Why not httpx (the project's default client): the timestamp of a streamed event must be taken when
-its bytes reach the process, not when a coroutine further up a stack of async iterators gets
-scheduled. Here `data_received` is the first Python code that sees the bytes; it stamps them with
-`time.monotonic()` before anything else and only splits the HTTP framing (chunked transfer coding)
-on the hot path. SSE splitting and JSON parsing happen after the stream ends (`sse.py`). The
-measured difference against httpx is in `benchmarks/README.md` ("Why a lean client").
+its bytes reach the machine, not when a coroutine further up a stack of async iterators gets
+scheduled. On plain-HTTP Linux connections each socket read is stamped with the kernel's receive
+time (SO_TIMESTAMPNS through `recvmsg`, `_SocketTransport`); elsewhere `data_received` is the first
+Python code that sees the bytes and stamps them with `time.monotonic()` before anything else. The
+hot path only appends `(time, bytes)`; the chunked framing (`Response.decode`), SSE splitting and
+JSON parsing happen after the stream ends (`sse.py`). The measured difference against httpx is in
+`benchmarks/README.md` ("Why the load generator has its own HTTP client").
 
 Scope, on purpose: HTTP/1.1, `Content-Length` or chunked bodies (or close-delimited), keep-alive
 with a LIFO pool per endpoint, optional TLS. No redirects, no proxies, no HTTP/2: the targets are
@@ -21,7 +23,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl as ssl_module
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import cast
@@ -234,7 +239,10 @@ class _Connection(asyncio.Protocol):
             self._done.set_exception(DisconnectError(f"connection closed mid-response ({exc or 'EOF'})"))
 
     def data_received(self, data: bytes) -> None:
-        now = time.monotonic()  # first thing: the arrival time of these bytes
+        self.received(time.monotonic(), data)  # first thing: the arrival time of these bytes
+
+    def received(self, now: float, data: bytes) -> None:
+        """Bytes that arrived at `now` (monotonic seconds)."""
         raw = self._raw
         if raw is not None:  # the hot path: a chunked body
             if not raw:
@@ -381,6 +389,116 @@ class _Connection(asyncio.Protocol):
             self._done.set_result(self._response)
 
 
+# Linux's SO_TIMESTAMPNS (the same number serves as the control message type); Python < 3.14
+# does not name it.
+SO_TIMESTAMPNS = int(getattr(socket, "SO_TIMESTAMPNS", 35))
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 262144
+_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
+
+
+class _SocketTransport:
+    """The part of a transport `_Connection` uses, over a socket the loop watches with add_reader.
+
+    Reads use `recvmsg` with SO_TIMESTAMPNS: each read carries the kernel's receive time of its
+    newest bytes, so a stamp no longer depends on how soon the event loop got round to the socket
+    (with hundreds of streams whose chunks land in the same instant, that is milliseconds for the
+    last one). A read holds one chunk unless the loop fell a whole engine step behind, and then the
+    kernel stamp is still no later than the moment of reading.
+    """
+
+    def __init__(self, sock: socket.socket, proto: _Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self._sock = sock
+        self._proto = proto
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._out = b""
+        self._closing = False
+        loop.add_reader(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                data, anc, _, _ = sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(exc)
+                return
+            now = time.monotonic()
+            if not data:
+                self._lost(None)
+                return
+            at = now
+            for level, kind, cdata in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
+                    sec, nsec = _TIMESPEC.unpack_from(cdata)
+                    # CLOCK_REALTIME -> CLOCK_MONOTONIC with the offset of this instant
+                    at = min(now, sec + nsec * 1e-9 - (time.time() - now))
+            self._proto.received(at, data)
+            if len(data) < _READ_SIZE or self._closing:
+                return
+
+    def _lost(self, exc: Exception | None) -> None:
+        if not self._closing:
+            self.close()
+            self._proto.connection_lost(exc)
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._out:
+            self._out += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if sent < len(data):
+            self._out = data[sent:]
+            self._loop.add_writer(self._fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self._sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self._out = self._out[sent:]
+        if not self._out:
+            self._loop.remove_writer(self._fd)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._out:
+            self._loop.remove_writer(self._fd)
+        self._sock.close()
+
+
+def kernel_timestamps_supported() -> bool:
+    """SO_TIMESTAMPNS is available (Linux)."""
+    if not sys.platform.startswith("linux") or not _CMSG_SPACE or struct.calcsize("P") != 8:
+        return False
+    with socket.socket() as probe:
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            return False
+    return True
+
+
 class Pool:
     """Keep-alive connections to one origin, reused most-recently-used first.
 
@@ -395,6 +513,7 @@ class Pool:
         connect_timeout: float = 10.0,
         idle_timeout: float = 4.0,
         ssl_context: ssl_module.SSLContext | None = None,
+        kernel_stamps: bool = True,
     ) -> None:
         self.origin = origin
         self.connect_timeout = connect_timeout
@@ -407,15 +526,20 @@ class Pool:
         self._all: set[_Connection] = set()
         self.opened = 0
         """Connections opened so far."""
+        self.kernel_timestamps = kernel_stamps and self._ssl is None and kernel_timestamps_supported()
+        """Reads are stamped by the kernel (plain HTTP on Linux); else when the loop delivers them."""
 
     async def connect(self) -> _Connection:
         """Open a new connection."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, proto = await loop.create_connection(
-                    _Connection, self.origin.host, self.origin.port, ssl=self._ssl
-                )
+                if self.kernel_timestamps:
+                    proto = await self._connect_socket(loop)
+                else:
+                    _, proto = await loop.create_connection(
+                        _Connection, self.origin.host, self.origin.port, ssl=self._ssl
+                    )
         except TimeoutError:
             raise ConnectError(f"connect to {self.origin.host}:{self.origin.port} timed out") from None
         except OSError as exc:
@@ -423,6 +547,24 @@ class Pool:
         self.opened += 1
         self._all.add(proto)
         return proto
+
+    async def _connect_socket(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        infos = await loop.getaddrinfo(self.origin.host, self.origin.port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"cannot resolve {self.origin.host}")
+        family, type_, proto_no, _, address = infos[0]
+        sock = socket.socket(family, type_, proto_no)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        conn = _Connection()
+        conn.connection_made(cast(asyncio.Transport, _SocketTransport(sock, conn, loop)))
+        return conn
 
     def take_idle(self) -> _Connection | None:
         """The most recently used idle connection that is still usable, or None."""

@@ -46,7 +46,7 @@ class Budgets:
     """Open loop: p99 of send - intended may not exceed max(this, `schedule_lag_ttft_fraction` · p50 TTFT)."""
     schedule_lag_ttft_fraction: float = 0.02
     loop_lag_p99_ms: float = 5.0
-    """p99 lateness of a 10 ms ticker on the client's event loop."""
+    """p99 lateness of a 10 ms ticker on the client's event loop (judged only with loop stamps)."""
     cpu_percent: float = 90.0
     """Client CPU time over wall time; above this the client was the bottleneck."""
 
@@ -67,6 +67,8 @@ class Plan:
     """How often /metrics is read during a stage for gauges (kv cache usage max); 0 disables."""
     lead_s: float = 0.05
     """Open loop: the first intended send is this long after the stage starts."""
+    kernel_timestamps: bool = True
+    """Stamp reads with the kernel's receive time where possible (plain HTTP on Linux)."""
     budgets: Budgets = field(default_factory=Budgets)
     description: dict[str, object] = field(default_factory=dict)
     """Echoed into the summary (arrival process, dataset, ...)."""

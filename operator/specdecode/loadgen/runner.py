@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specdecode.experiment import records
-from specdecode.loadgen import http, scrape, sse, summary
+from specdecode.loadgen import http, pacer, scrape, sse, summary
 from specdecode.loadgen.plan import Plan, StagePlan
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,6 @@ REQUESTS_FILE = "requests.jsonl"
 WINDOWS_FILE = "windows.json"
 SUMMARY_FILE = "loadgen-summary.json"
 
-#: the pacer sleeps on a timer until this long before the intended time, then polls: event-loop
-#: timers (uvloop's libuv, epoll's timeout) have 1 ms granularity (loadgen-anchors (c)4)
-SPIN_S = 0.0015
 #: the loop-lag ticker's period
 TICK_S = 0.010
 #: closed loop: sends released per event-loop iteration (see `_Run._turn`)
@@ -203,7 +200,9 @@ class _Run:
         self.stop_rule = stop_rule
         self.progress_cb = progress
         self.origins = {arm: http.Origin.parse(ep.url) for arm, ep in endpoints.items()}
-        self.pools = {arm: http.Pool(self.origins[arm]) for arm in self.arms}
+        self.pools = {
+            arm: http.Pool(self.origins[arm], kernel_stamps=plan.kernel_timestamps) for arm in self.arms
+        }
         self.metric_pools = {
             arm: http.Pool(http.Origin.parse(ep.metrics_url or ep.url)) for arm, ep in endpoints.items()
         }
@@ -449,13 +448,6 @@ class _Run:
         st.pending.clear()
 
     # ---------------------------------------------------------------------------------- stages
-    async def _sleep_until(self, target: float) -> None:
-        delay = target - time.monotonic()
-        if delay > SPIN_S:
-            await asyncio.sleep(delay - SPIN_S)
-        while time.monotonic() < target:  # noqa: ASYNC110 - a deliberate sub-millisecond poll
-            await asyncio.sleep(0)
-
     def _spawn(self, st: _StageState, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         st.tasks.add(task)
@@ -470,9 +462,17 @@ class _Run:
         ]
         t0 = time.monotonic() + self.plan.lead_s
         st.start = t0 + (sp.offsets[0] if sp.offsets else 0.0)
+        with pacer.Pacer() as clock:
+            await self._send_on_schedule(st, clock, t0, payloads)
+
+    async def _send_on_schedule(
+        self, st: _StageState, clock: pacer.Pacer, t0: float, payloads: list[dict[str, tuple[str, bytes]]]
+    ) -> None:
+        sp = st.plan
+        assert sp.offsets is not None
         for i in range(len(sp.requests)):
             target = t0 + sp.offsets[i]
-            await self._sleep_until(target)
+            await clock.sleep_until(target)
             if st.stop.is_set():
                 break
             order = self.arms if i % 2 == 0 else self.arms[::-1]
@@ -662,6 +662,7 @@ class _Run:
                 cpu_percent=cpu,
                 interrupted=interrupted,
                 connections={a: p.opened for a, p in self.pools.items()},
+                stamps="kernel" if all(p.kernel_timestamps for p in self.pools.values()) else "loop",
             )
             (self.out_dir / SUMMARY_FILE).write_text(
                 json.dumps(self.summary, indent=1) + "\n", encoding="utf-8"

@@ -47,7 +47,11 @@ DEFINITIONS = {
     "clock": "time.monotonic(); record times are seconds after anchor.monotonic (anchor.wall: Unix time)",
     "send": "just before the request bytes are written to an open connection (connection setup excluded,"
     " reported as connect_ms)",
-    "event time": "arrival of the event's first byte (one stamp per socket read, taken before any parsing)",
+    "event time": (
+        "arrival of the event's first byte: the kernel's receive time of the socket read that held it"
+        " (SO_TIMESTAMPNS; validity.stamps = kernel), else the moment the event loop delivered the read"
+        " (stamps = loop); always before any parsing"
+    ),
 }
 
 
@@ -183,6 +187,7 @@ def build(
     cpu_percent: float,
     interrupted: bool,
     connections: dict[str, int],
+    stamps: str = "loop",
 ) -> dict[str, Any]:
     """The `loadgen-summary.json` document."""
     stages: list[dict[str, Any]] = []
@@ -223,7 +228,9 @@ def build(
     reasons: list[str] = []
     if lag_p99 is not None and lag_p99 > lag_budget:
         reasons.append(f"schedule lag p99 {lag_p99:.2f} ms > budget {lag_budget:.2f} ms")
-    if loop_p99 is not None and loop_p99 > b.loop_lag_p99_ms:
+    # A late event loop delays the stamps only when the loop takes them; with kernel receive
+    # stamps it delays sends, which open loop counts as schedule lag and closed loop as a later send.
+    if stamps == "loop" and loop_p99 is not None and loop_p99 > b.loop_lag_p99_ms:
         reasons.append(f"event-loop lag p99 {loop_p99:.2f} ms > budget {b.loop_lag_p99_ms:.2f} ms")
     if cpu_percent > b.cpu_percent:
         reasons.append(f"client CPU {cpu_percent:.0f}% > budget {b.cpu_percent:.0f}%")
@@ -258,6 +265,7 @@ def build(
             "client_cpu_percent": cpu_percent,
             "client_cpu_budget_percent": b.cpu_percent,
             "connections_opened": connections,
+            "stamps": stamps,
         },
         "definitions": DEFINITIONS,
     }
