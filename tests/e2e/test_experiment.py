@@ -8,6 +8,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,26 +86,35 @@ def arms_scraped(prometheus: Prometheus, namespace: str, name: str) -> set[str]:
 
 
 def run_to_the_end(
-    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, name: str
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, name: str, timeout: float = 240
 ) -> tuple[dict[str, Any], set[str]]:
-    """Waits for Completed or Failed, noting which arms Prometheus scraped meanwhile."""
+    """Waits for Completed or Failed, noting which arms Prometheus scraped meanwhile.
+
+    Polls every 2 s (each `kubectl get` costs CPU that the load generator, measuring its own
+    event-loop lag on this small machine, would otherwise lose).
+    """
     scraped: set[str] = set()
-    targets: dict[str, Any] = {}
-
-    def finished() -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        if operator.process is not None and operator.process.poll() is not None:
+            raise AssertionError(
+                f"the operator exited ({operator.process.returncode}):\n{operator.log_tail()}"
+            )
         scraped.update(arms_scraped(prometheus, operator.namespace, name))
-        for t in prometheus.active_targets():
-            if t["labels"].get("namespace") == operator.namespace:
-                targets[t["labels"].get("pod", "?")] = (t["health"], t.get("lastError"), t["scrapeUrl"])
         status = operator.status(name)
-        return status if status.get("phase") in ("Completed", "Failed") else None
-
-    try:
-        status: dict[str, Any] = operator.wait(f"{name} Completed or Failed", finished, timeout=240)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{load_logs(operator, node_agent, name)}") from None
-    status["_targets"] = targets  # what Prometheus last said of each pod (failure messages only)
-    return status, scraped
+        if status.get("phase") in ("Completed", "Failed"):
+            return status, scraped
+        time.sleep(2)
+    targets = [
+        (t["labels"].get("pod"), t["health"], t.get("lastError"))
+        for t in prometheus.active_targets()
+        if t["labels"].get("namespace") == operator.namespace
+    ]
+    raise AssertionError(
+        f"{name} not Completed or Failed after {timeout:.0f} s: {status}\nPrometheus targets: {targets}\n"
+        f"{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    )
 
 
 def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> str:
