@@ -146,7 +146,7 @@ def test_a_simulator_deployment_on_a_fake_gpu_node_becomes_available_answers_and
     assert sample["metric"]["instance"] == f"{ip}:8000"
 
 
-ROLE_AND_ACCOUNT = [
+ROLE_AND_ACCOUNT: list[dict[str, Any]] = [
     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "writer"}},
     {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -255,8 +255,8 @@ def test_a_crashing_container_shows_crash_loop_back_off_and_a_failing_job_pod_fa
     apply(cluster, namespace, crasher, job("failing", "raise SystemExit(2)"))
 
     def crash_looping() -> dict[str, Any] | None:
-        (pod,) = pods(cluster, namespace, f"{APP}=crasher") or [None]
-        for cs in (pod or {}).get("status", {}).get("containerStatuses", []):
+        found = pods(cluster, namespace, f"{APP}=crasher")
+        for cs in (found[0] if found else {}).get("status", {}).get("containerStatuses", []):
             if (cs["state"].get("waiting") or {}).get("reason") == "CrashLoopBackOff" and cs[
                 "restartCount"
             ] >= 1:
@@ -318,7 +318,7 @@ def test_an_agent_stopped_with_pods_running_leaves_no_process_namespace_or_link(
 
             def running() -> bool:
                 st = cluster.get_json("pod/sleeper", "-n", namespace).get("status", {})
-                return st.get("phase") == "Running"
+                return bool(st.get("phase") == "Running")
 
             wait_for("the pod running", running, timeout=30)
             assert agent_leftovers(agent.id)["netns"]
