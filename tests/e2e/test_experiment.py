@@ -8,6 +8,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +118,10 @@ def run_to_the_end(
     )
 
 
+def lag_invalidated(status: dict[str, Any]) -> bool:
+    return status.get("reason") == "InvalidMeasurement" and "event-loop lag" in str(status.get("message"))
+
+
 def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> str:
     pods = operator.get("pods", "", "-l", f"specdecode.io/experiment={name}")["items"]
     return "\n".join(node_agent.pod_log(p, lines=30) for p in pods)
@@ -130,12 +135,18 @@ def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> st
 def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_simulator(
     operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, profile: str, verdict: str
 ) -> None:
-    name = "exp"
     # 8 s of "model loading" (/health 503, /metrics served): real vLLM takes minutes, and the
     # operator starts the load as soon as both arms are Ready, so without it a short stage can end
     # before Prometheus' pod discovery (updates every 5 s) has scraped both arms: PrometheusNoData.
-    operator.apply(experiment(name, profile, engine_args=["--startup-delay", "8"]))
-    status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+    for name in ("exp", "exp-again"):
+        operator.apply(experiment(name, profile, engine_args=["--startup-delay", "8"]))
+        status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+        if not lag_invalidated(status):
+            break
+        # The load generator's own event-loop lag budget (p99 <= 5 ms) is marginal on 2 shared
+        # cores, even standalone on loopback (p99 2-6.5 ms measured): its verdict is then correctly
+        # "InvalidMeasurement". Measure once more rather than fail on the machine's noise.
+        print(f"\n{name}: {status.get('message')}; measuring once more", file=sys.stderr)
     detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Completed", detail
     assert status["verdict"] == verdict, detail
@@ -159,7 +170,7 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     for cm in results:
         assert [o["uid"] for o in cm["metadata"].get("ownerReferences", [])] == [uid]
 
-    load = operator.get("pods", "", "-l", "job-name=exp-load")["items"]
+    load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
     (cs,) = load[0]["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 0
