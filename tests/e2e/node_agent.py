@@ -75,6 +75,7 @@ SYS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERMINATION_GRACE_CAP = 5.0  # seconds, at most, between SIGTERM and SIGKILL
 BACKOFF_BASE = 10.0  # the kubelet's crash-loop back-off: 10 s, doubling, capped at 300 s
 BACKOFF_CAP = 300.0
+STATE_DIR = Path("/run/specdecode-node-agent")  # mount points each agent made on the host, by agent id
 NAME_RE = re.compile(r"^sd(?:br)?(\d+)(?:a\d+)?(?:-\d+)?$")
 _instances = iter(range(1 << 30))
 
@@ -144,6 +145,23 @@ def sweep_orphans() -> list[str]:
         if m and link.startswith("sdbr") and not pid_alive(int(m.group(1))):
             run("ip", "link", "del", link, check=False)
             removed.append(link)
+    for state in STATE_DIR.glob("*.mounts") if STATE_DIR.is_dir() else []:
+        if not pid_alive(int(state.stem.split("a")[0])):
+            removed += remove_mount_points([Path(p) for p in state.read_text().splitlines() if p])
+            state.unlink()
+    return removed
+
+
+def remove_mount_points(paths: list[Path]) -> list[str]:
+    """Remove the (empty) mount points an agent created on the host, deepest first."""
+    removed = []
+    for p in reversed(paths):
+        with contextlib.suppress(OSError):
+            if p.is_dir():
+                p.rmdir()
+            elif p.exists():
+                p.unlink()
+            removed.append(str(p))
     return removed
 
 
@@ -891,6 +909,7 @@ class NodeAgent:
         k = next(_instances)
         self.id = f"{self.pid}" + (f"a{k}" if k else "")
         self.bridge = f"sdbr{self.id}"
+        self.state_file = STATE_DIR / f"{self.id}.mounts"
         self.api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         self.core = client.CoreV1Api(self.api_client)
         self.pods: dict[str, PodRuntime] = {}
@@ -958,13 +977,11 @@ class NodeAgent:
         for ns in netns_list():  # anything of ours a failed setup left
             if ns.startswith(f"sd{self.id}-"):
                 delete_netns(ns)
-        for p in reversed(self.created_mount_points):
-            with contextlib.suppress(OSError):
-                if p.is_dir():
-                    p.rmdir()
-                else:
-                    p.unlink()
+        remove_mount_points(self.created_mount_points)
         self.created_mount_points.clear()
+        self.state_file.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            STATE_DIR.rmdir()  # when no other agent uses it
         with contextlib.suppress(Exception):
             self.api_client.close()
         with contextlib.suppress(Exception):
@@ -1178,6 +1195,9 @@ class NodeAgent:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
             self.created_mount_points.extend(reversed(missing))
+            STATE_DIR.mkdir(parents=True, exist_ok=True)
+            with self.state_file.open("a") as f:  # for the sweep, should this process be killed
+                f.writelines(f"{p}\n" for p in reversed(missing))
 
     def pod_log(self, pod: dict[str, Any], lines: int = 60) -> str:
         """The tail of the container logs of ``pod`` (the agent writes them under its workdir)."""
@@ -1194,5 +1214,6 @@ class NodeAgent:
         left = agent_leftovers(self.id)
         left["processes"] = [str(p.pid) for p in self.launched if p.poll() is None]
         left["mount_points"] = [str(p) for p in self.created_mount_points if p.exists()]
+        left["state"] = [str(self.state_file)] if self.state_file.exists() else []
         left["volumes"] = [str(p) for p in (self.workdir / "pods").glob("*/volumes")]
         return left
