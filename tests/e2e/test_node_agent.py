@@ -327,3 +327,25 @@ def test_an_agent_stopped_with_pods_running_leaves_no_process_namespace_or_link(
         assert not any(v for v in agent_leftovers(agent.id).values())
     finally:
         cluster.kubectl("delete", "node", AGENT_SPARE_NODE, "--wait=false", check=False)
+
+
+def test_a_pod_is_running_but_not_ready_until_its_startup_and_readiness_probes_pass(
+    cluster: Cluster, node_agent: NodeAgent, namespace: str
+) -> None:
+    apply(cluster, namespace, sim_deployment("slow", "--startup-delay", "4"))  # /health 503 for 4 s
+
+    def running_not_ready() -> dict[str, Any] | None:
+        found = pods(cluster, namespace, f"{APP}=slow")
+        st = found[0].get("status", {}) if found else {}
+        conds = {c["type"]: c["status"] for c in st.get("conditions", [])}
+        running = st.get("phase") == "Running" and conds.get("Ready") == "False"
+        return st if running and st.get("containerStatuses") else None
+
+    st = wait_for("the pod Running, not Ready", running_not_ready, timeout=30, interval=0.2)
+    (cs,) = st["containerStatuses"]
+    assert "running" in cs["state"] and not cs["ready"] and not cs["started"]
+    cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Available", "deployment/slow", "--timeout=60s", timeout=70
+    )
+    (cs,) = one_pod(cluster, namespace, f"{APP}=slow")["status"]["containerStatuses"]
+    assert cs["ready"] and cs["started"] and cs["restartCount"] == 0
