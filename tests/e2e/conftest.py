@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
 
 from experiment_crd import CRD_FILE, CRD_NAME
-from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, gpu_node, node_schedulable
+from fake_gpu_nodes import (
+    AGENT_CPU_NODE_NAMES,
+    AGENT_GPU_NODE_NAMES,
+    AGENT_NODE_NAMES,
+    GPU_NODE_NAMES,
+    GPU_PRODUCT,
+    agent_cpu_node,
+    agent_gpu_node,
+    gpu_node,
+    node_schedulable,
+)
 from k8s_cluster import (
     Cluster,
     ControlPlane,
@@ -25,6 +36,7 @@ from k8s_cluster import (
     find_bin_dir,
     wait_for,
 )
+from node_agent import NodeAgent
 from prometheus_server import Prometheus, PrometheusMissingError, find_prometheus
 
 # Extra feature gates for the built-in apiserver (kopf's shard_selectors need this one, k8s >= 1.36).
@@ -64,7 +76,7 @@ def cluster(k8s_bin_dir: Path, control_plane_factory: Any) -> Cluster:
     """The cluster under test: $KUBECONFIG's (unless SPECDECODE_TEST_CLUSTER=builtin), else a fresh one."""
     if use_external_cluster():
         return external_cluster(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), k8s_bin_dir)
-    cp: ControlPlane = control_plane_factory(feature_gates=FEATURE_GATES)
+    cp: ControlPlane = control_plane_factory(feature_gates=FEATURE_GATES, agent_nodes=AGENT_NODE_NAMES)
     assert cp.cluster is not None
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.items())
     print(f"\ncontrol plane up in {cp.workdir}: {timings}", file=sys.stderr)
@@ -132,3 +144,55 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         yield prom
     finally:
         prom.stop()
+
+
+@pytest.fixture(scope="session")
+def agent_nodes(cluster: Cluster) -> list[str]:
+    """Names of the Ready nodes whose pods the node agent runs: two GPU nodes and one CPU node."""
+    if not cluster.builtin:
+        pytest.skip("the node agent runs pods only on the built-in control plane's fake nodes")
+    nodes = [agent_gpu_node(n) for n in AGENT_GPU_NODE_NAMES] + [
+        agent_cpu_node(n) for n in AGENT_CPU_NODE_NAMES
+    ]
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
+    )
+    names = sorted(n["metadata"]["name"] for n in nodes)
+
+    def ready() -> bool:
+        found = {n["metadata"]["name"]: n for n in cluster.get_json("nodes")["items"]}
+        return all(name in found and node_schedulable(found[name]) for name in names)
+
+    wait_for("the node agent's nodes Ready", ready)
+    return names
+
+
+def node_agent_prerequisites() -> str | None:
+    """Why a node agent can't run here (it needs root for network and mount namespaces), or None."""
+    if os.geteuid() != 0:
+        return "the node agent needs root (network and mount namespaces, veths, bind mounts)"
+    missing = [t for t in ("ip", "unshare", "mount", "hostname") if shutil.which(t) is None]
+    return f"the node agent needs {', '.join(missing)} on PATH (iproute2, util-linux)" if missing else None
+
+
+@pytest.fixture(scope="session")
+def node_agent(
+    cluster: Cluster, agent_nodes: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeAgent]:
+    """The kubelet stand-in for ``agent_nodes``: their pods run as processes (node_agent.py).
+
+    Teardown stops every pod and removes every namespace, veth and mount point the agent made, and
+    fails the session if anything is left.
+    """
+    why = node_agent_prerequisites()
+    if why:
+        pytest.fail(why, pytrace=False)
+    agent = NodeAgent(cluster, agent_nodes, tmp_path_factory.mktemp("node-agent"))
+    agent.start()
+    print(f"\nnode agent: pods on {', '.join(agent_nodes)} run, logs in {agent.workdir}", file=sys.stderr)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        left = {k: v for k, v in agent.leftovers().items() if v}
+        assert not left, f"the node agent left {left}"

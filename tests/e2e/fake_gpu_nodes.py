@@ -39,3 +39,46 @@ def node_schedulable(node: dict[str, Any]) -> bool:
     )
     taints = {t["key"] for t in node.get("spec", {}).get("taints", [])}
     return ready and not any(t.startswith("node.kubernetes.io/") for t in taints)
+
+
+# Nodes whose pods really run: kwok keeps them alive, the node agent (node_agent.py) runs their pods.
+AGENT_LABEL = "specdecode.io/node-agent"
+AGENT_TAINT = {"key": AGENT_LABEL, "value": "true", "effect": "NoSchedule"}
+AGENT_TOLERATION = {"key": AGENT_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+AGENT_GPU_NODE_NAMES = ("agent-gpu-0", "agent-gpu-1")
+AGENT_CPU_NODE_NAMES = ("agent-cpu-0",)
+AGENT_SPARE_NODE = "agent-spare-0"  # for a test that starts an agent of its own
+AGENT_NODE_NAMES = (*AGENT_GPU_NODE_NAMES, *AGENT_CPU_NODE_NAMES, AGENT_SPARE_NODE)
+
+
+def agent_gpu_node(name: str) -> dict[str, Any]:
+    """A GPU node like ``gpu_node`` whose pods run: labelled and tainted for the node agent.
+
+    The extra taint keeps pods of tests that expect kwok's fake pods (images never pulled) off it.
+    """
+    node = gpu_node(name)
+    node["metadata"]["labels"][AGENT_LABEL] = "true"
+    node["spec"]["taints"].append(dict(AGENT_TAINT))
+    return node
+
+
+def agent_cpu_node(name: str) -> dict[str, Any]:
+    """An untainted CPU node whose pods run (the load Job has no tolerations and no node selector)."""
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "type": "kwok",
+                AGENT_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
+        },
+        "spec": {},
+        "status": {"capacity": resources, "allocatable": resources},
+    }

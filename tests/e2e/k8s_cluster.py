@@ -314,6 +314,8 @@ class ControlPlane:
     bin_dir: Path
     workdir: Path | None = None
     feature_gates: Sequence[str] = ()
+    agent_nodes: Sequence[str] = ()
+    """Nodes whose pods kwok leaves alone: a node agent (node_agent.py) runs them."""
     start_timeout: float = 120.0
     components: list[Component] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -427,8 +429,14 @@ class ControlPlane:
         # kwok: fakes every node and the pods bound to them
         t0 = time.monotonic()
         kwok_port = free_port()
+        stages = b / KWOK_STAGES
+        if self.agent_nodes:
+            from node_agent import kwok_stages_without
+
+            stages = d / KWOK_STAGES
+            stages.write_text(kwok_stages_without((b / KWOK_STAGES).read_text(), list(self.agent_nodes)))
         kwok = self._spawn("kwok", [
-            str(b / "kwok"), f"--kubeconfig={kubeconfig}", f"--config={b / KWOK_STAGES}",
+            str(b / "kwok"), f"--kubeconfig={kubeconfig}", f"--config={stages}",
             "--manage-all-nodes=true", f"--cidr={POD_CIDR}", f"--node-ip={NODE_IP}",
             "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{kwok_port}",
         ], logs)  # fmt: skip

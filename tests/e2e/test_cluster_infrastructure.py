@@ -187,6 +187,8 @@ def scrape_pod(name: str, labels: dict[str, str], annotations: dict[str, str]) -
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
+            # kwok's fake GPU nodes: the node agent's nodes carry one more taint, and would run the pod
+            "nodeSelector": {"nvidia.com/gpu.product": GPU_PRODUCT},
             "tolerations": [GPU_TOLERATION],
             "containers": [{"name": "c", "image": "never-pulled", "ports": [{"containerPort": 9999}]}],
         },

@@ -1,0 +1,188 @@
+"""A full experiment through the real operator, with pods that really run (node_agent.py).
+
+Both arms run `specdecode sim` in their own network namespaces on the node agent's fake GPU nodes,
+the load Job runs `specdecode loadgen` against both Services by name and writes its results
+ConfigMaps with its ServiceAccount token, Prometheus scrapes both arms through kubernetes_sd, and
+the operator decides. The simulator's parameters make the expected verdict certain.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_gpu_nodes import AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
+from k8s_cluster import Cluster
+from node_agent import NodeAgent
+from operator_process import OperatorProcess
+from prometheus_server import Prometheus
+
+pytestmark = pytest.mark.e2e
+
+
+def experiment(name: str, profile: str, *, engine_args: list[str] | None = None) -> dict[str, Any]:
+    """Small and fast: one closed-loop stage at concurrency 1, 80 requests of 64 tokens per arm.
+
+    As in tests/local, the TTFT guardrail is relaxed (the simulated draft model's prefill makes TTFT
+    worse, which would reject the tiny draft for another reason than its speed-up), and 80 requests
+    make the tiny draft's true 1.15x TPOT speed-up show as a lower bound above minSpeedup 1.05.
+    """
+    return {
+        "apiVersion": "specdecode.io/v1alpha1",
+        "kind": "SpecDecodeExperiment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "sim/llama-8b",
+            "engine": {
+                "simulator": {"profile": profile},
+                "args": engine_args or [],
+                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                "nodeSelector": {"nvidia.com/gpu.product": GPU_PRODUCT, AGENT_LABEL: "true"},
+                "tolerations": [GPU_TOLERATION, AGENT_TOLERATION],
+            },
+            "speculative": {"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+            "workload": {
+                "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
+                "sampling": {"maxTokens": 64},
+                "stages": [{"name": "c1", "concurrency": 1}],
+                "requestsPerStage": 80,
+                "warmupRequests": 8,
+            },
+            "analysis": {
+                "minSpeedup": 1.05,
+                "requireStages": "any",
+                "guardrails": {"maxTtftRegression": 10.0},
+            },
+            "deadlines": {"deploy": "2m", "run": "3m"},
+        },
+    }
+
+
+@pytest.fixture
+def operator(
+    cluster: Cluster,
+    crd: Path,
+    node_agent: NodeAgent,
+    prometheus: Prometheus,
+    namespace: str,
+    tmp_path: Path,
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(cluster, namespace, tmp_path, env={"SPECDECODE_PROMETHEUS_URL": prometheus.url})
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def arms_scraped(prometheus: Prometheus, namespace: str, name: str) -> set[str]:
+    """The arms of experiment ``name`` that Prometheus scrapes successfully now (up == 1)."""
+    query = f'up{{namespace="{namespace}",specdecode_io_experiment="{name}"}}'
+    result = prometheus.api("/api/v1/query", query=query)["result"]
+    return {r["metric"].get("specdecode_io_arm", "") for r in result if r["value"][1] == "1"}
+
+
+def run_to_the_end(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, name: str, timeout: float = 240
+) -> tuple[dict[str, Any], set[str]]:
+    """Waits for Completed or Failed, noting which arms Prometheus scraped meanwhile.
+
+    Polls every 2 s (each `kubectl get` costs CPU that the load generator, measuring its own
+    event-loop lag on this small machine, would otherwise lose).
+    """
+    scraped: set[str] = set()
+    deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        if operator.process is not None and operator.process.poll() is not None:
+            raise AssertionError(
+                f"the operator exited ({operator.process.returncode}):\n{operator.log_tail()}"
+            )
+        scraped.update(arms_scraped(prometheus, operator.namespace, name))
+        status = operator.status(name)
+        if status.get("phase") in ("Completed", "Failed"):
+            return status, scraped
+        time.sleep(2)
+    targets = [
+        (t["labels"].get("pod"), t["health"], t.get("lastError"))
+        for t in prometheus.active_targets()
+        if t["labels"].get("namespace") == operator.namespace
+    ]
+    raise AssertionError(
+        f"{name} not Completed or Failed after {timeout:.0f} s: {status}\nPrometheus targets: {targets}\n"
+        f"{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    )
+
+
+def lag_invalidated(status: dict[str, Any]) -> bool:
+    return status.get("reason") == "InvalidMeasurement" and "event-loop lag" in str(status.get("message"))
+
+
+def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> str:
+    pods = operator.get("pods", "", "-l", f"specdecode.io/experiment={name}")["items"]
+    return "\n".join(node_agent.pod_log(p, lines=30) for p in pods)
+
+
+@pytest.mark.parametrize(
+    ("profile", "verdict"),
+    [("h200-8b-draft-tiny", "Promote"), ("h200-8b-draft-1b", "Reject")],
+    ids=["a tiny draft model is promoted", "a 1b draft model is rejected"],
+)
+def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_simulator(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, profile: str, verdict: str
+) -> None:
+    # 8 s of "model loading" (/health 503, /metrics served): real vLLM takes minutes, and the
+    # operator starts the load as soon as both arms are Ready, so without it a short stage can end
+    # before Prometheus' pod discovery (updates every 5 s) has scraped both arms: PrometheusNoData.
+    for name in ("exp", "exp-again"):
+        operator.apply(experiment(name, profile, engine_args=["--startup-delay", "8"]))
+        status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+        if not lag_invalidated(status):
+            break
+        # Where the event loop takes the response stamps (no kernel receive timestamps), the load
+        # generator's lag budget (p99 <= 5 ms) is marginal on 2 shared cores, even standalone on
+        # loopback (p99 2-6.5 ms measured): it then correctly says "InvalidMeasurement". Measure
+        # once more rather than fail on the machine's noise.
+        print(f"\n{name}: {status.get('message')}; measuring once more", file=sys.stderr)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    assert status["verdict"] == verdict, detail
+    assert scraped == {"control", "treatment"}, f"Prometheus scraped {scraped}"
+
+    (stage,) = status["stages"]
+    assert stage["name"] == "c1"
+    assert stage["verdict"] == ("Pass" if verdict == "Promote" else "Fail")
+    assert stage["control"]["requests"] >= 20 and stage["treatment"]["requests"] >= 20
+    assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0
+    estimate = stage["speedup"]["estimate"]
+    assert (estimate > 1.05) if verdict == "Promote" else (estimate < 1.05)
+
+    uid = operator.get("sdx", name)["metadata"]["uid"]
+    results = [
+        cm
+        for cm in operator.get("configmaps")["items"]
+        if cm["metadata"]["name"].startswith(f"{name}-results")
+    ]
+    assert results, "the load Job wrote no results ConfigMap"
+    for cm in results:
+        assert [o["uid"] for o in cm["metadata"].get("ownerReferences", [])] == [uid]
+
+    load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+    assert [p["status"]["phase"] for p in load] == ["Succeeded"]
+    (cs,) = load[0]["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 0
+
+
+def test_an_engine_that_keeps_crashing_fails_the_experiment_with_crash_loop_back_off(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    name = "crashing"
+    operator.apply(experiment(name, "h200-8b-draft-tiny", engine_args=["--no-such-flag"]))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    assert status["phase"] == "Failed", status
+    assert status["reason"] == "CrashLoopBackOff", status
+    assert status.get("verdict") is None
