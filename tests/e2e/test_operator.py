@@ -117,8 +117,17 @@ def test_a_restarted_operator_resumes_without_duplicating_children(operator: Ope
     before = names(operator, "deployments")
     operator.stop()
     operator.start()
-    status = operator.wait_phase("exp", "Running", "Analyzing", "Completed", "Failed")
-    assert names(operator, "deployments") in ({}, before)  # the same objects (or cleaned up at the end)
+    # Prometheus is unreachable in these tests: the arms stay Deploying, waiting to be scraped.
+    status = operator.wait(
+        "the restarted operator to reconcile",
+        lambda: (
+            operator.status("exp")
+            if "waiting for Prometheus" in operator.status("exp").get("message", "")
+            else None
+        ),
+    )
+    assert status["phase"] == "Deploying"
+    assert names(operator, "deployments") == before  # the same objects, not new ones
     assert len(names(operator, "jobs")) <= 1
     assert status["observedGeneration"] == 1
 
@@ -148,3 +157,15 @@ def test_a_spec_change_restarts_the_experiment_for_the_new_generation(operator: 
     status = operator.status("exp")
     assert all(c["observedGeneration"] == 2 for c in status["conditions"])
     assert condition(status, "Promoted")["status"] == "False"
+
+
+def test_prometheus_down_fails_the_experiment_and_never_promotes(operator: OperatorProcess) -> None:
+    doc = experiment(deadlines={"deploy": "15s", "run": "5m"})  # prometheus.url points at a closed port
+    operator.apply(doc)
+    status = operator.wait_phase("exp", "Failed", timeout=90)
+    assert status["reason"] == "PrometheusNoData", status
+    assert "unreachable" in status["message"]
+    assert "verdict" not in status
+    assert condition(status, "Promoted")["status"] == "False"
+    assert "Load" not in {c["reason"] for c in status["conditions"]}
+    assert names(operator, "jobs") == {}  # no load was sent to arms nobody could measure

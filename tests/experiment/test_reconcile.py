@@ -272,3 +272,22 @@ def test_condition_transition_times_only_move_on_change() -> None:
         condition(second, "Reconciling").last_transition_time
         == condition(first, "Reconciling").last_transition_time
     )
+
+
+def test_the_load_waits_until_prometheus_scrapes_both_arms() -> None:
+    waiting = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=False), T0)
+    assert waiting.status.phase is Phase.DEPLOYING
+    assert "waiting for Prometheus" in (waiting.status.message or "")
+    assert Action.CREATE_LOAD not in waiting.actions
+    started = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=True), T0)
+    assert started.status.phase is Phase.RUNNING
+
+
+def test_arms_prometheus_never_scrapes_fail_at_the_deploy_deadline() -> None:
+    late = T0 + timedelta(minutes=31)
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=False), late
+    )
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == "PrometheusNoData"
+    assert decision.status.verdict is None

@@ -11,13 +11,14 @@ import asyncio
 import base64
 import gzip
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from specdecode.controller import prometheus, results
 from specdecode.controller.kube import Kube
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, reconcile, records, spec, status, verdict
+from specdecode.experiment import manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
 
 
@@ -50,11 +51,7 @@ def with_prometheus(
         end = anchor.wall + window.end
         server = {}
         for arm in spec.Arm:
-            labels = {
-                settings.prom_namespace_label: namespace,
-                settings.prom_experiment_label: name,
-                settings.prom_arm_label: arm.value,
-            }
+            labels = arm_labels(settings, namespace, name, arm)
             metrics = prometheus.arm_metrics(
                 source,
                 labels,
@@ -71,6 +68,37 @@ def with_prometheus(
             server[arm.value] = metrics
         updated.append(window.model_copy(update={"server": server}))
     return updated
+
+
+def arm_labels(settings: OperatorSettings, namespace: str, name: str, arm: spec.Arm) -> dict[str, str]:
+    """The Prometheus labels of one arm's pods."""
+    return {
+        settings.prom_namespace_label: namespace,
+        settings.prom_experiment_label: name,
+        settings.prom_arm_label: arm.value,
+    }
+
+
+async def arms_scraped(
+    experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
+) -> bool | None:
+    """Whether Prometheus scrapes both arms (None when no Prometheus is configured: collection will say so)."""
+    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    if url is None:
+        return None
+    source = prometheus.PrometheusSource(url, timeout=5.0)
+
+    def check() -> bool:
+        for arm in spec.Arm:
+            up = source.query(promql.targets_up(arm_labels(settings, namespace, name, arm)), time.time())
+            if not any(sample.value >= 1 for sample in up):
+                return False
+        return True
+
+    try:
+        return await asyncio.to_thread(check)
+    except prometheus.PrometheusUnavailable:
+        return False
 
 
 def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,11 @@ async def reconcile_experiment(
     observed = observe.observe(
         name, generation, deployments=deployments, pods=pods, jobs=jobs, results=result_maps
     )
+    deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
+    if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
+        observed = replace(
+            observed, scraped=await collect.arms_scraped(subject.spec, namespace, name, settings)
+        )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
         observed = replace(

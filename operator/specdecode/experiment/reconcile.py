@@ -133,6 +133,8 @@ class Observed:
     """Whether any arm Deployment or the load Job still exists (for cleanup and restarts)."""
     analysis: Judgement | CollectFailure | None = None
     """Only in Analyzing: the collected and judged results."""
+    scraped: bool | None = None
+    """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,23 @@ def _deploying(
     failure = _pod_failure(observed, now, timing)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
-    if all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm):
+    ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
+    if ready and observed.scraped is False:
+        # Starting the load before Prometheus discovers the arms would lose the first stage's counters.
+        if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
+            return _fail(
+                current,
+                subject,
+                now,
+                "PrometheusNoData",
+                f"both arms are Ready but Prometheus did not report them scraped within spec.deadlines.deploy "
+                f"({s.deadlines.deploy}): it is unreachable, or does not scrape pods labelled "
+                f"specdecode.io/experiment={subject.name}; check spec.prometheus.url and its scrape config",
+                observed,
+            )
+        note = "both arms Ready; waiting for Prometheus to scrape them"
+        return Decision(current.model_copy(update={"message": note}), [Action.CREATE_ARMS])
+    if ready:
         environment = _environment(s, observed)
         entered = _enter(
             current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
