@@ -103,6 +103,9 @@ def cdf(title: str, series: Mapping[str, Sequence[float]], *, xlabel: str) -> st
     hi = math.log10(max(v[-1] for v in clean.values()))
     if hi - lo < 1e-9:
         lo, hi = lo - 0.5, hi + 0.5
+    # 5% room on each side, so a curve at the smallest or largest value is not drawn on the frame.
+    pad = 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
     pw, ph = WIDTH - MARGIN_LEFT - MARGIN_RIGHT, HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
 
     def x_of(v: float) -> float:
