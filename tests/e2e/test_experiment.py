@@ -173,3 +173,23 @@ def test_an_engine_that_keeps_crashing_fails_the_experiment_with_crash_loop_back
     assert status["phase"] == "Failed", status
     assert status["reason"] == "CrashLoopBackOff", status
     assert status.get("verdict") is None
+
+
+def test_an_operator_restarted_during_the_load_resumes_to_the_same_verdict_without_duplicates(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    operator.apply(experiment("exp", "h200-8b-draft-tiny"))
+    operator.wait_phase("exp", "Running", timeout=120)
+    job_uid = operator.wait("the load Job", lambda: operator.get("job", "exp-load")["metadata"]["uid"])
+    arms = {
+        d["metadata"]["name"]: d["metadata"]["uid"]
+        for d in operator.get("deployments", "", "-l", "specdecode.io/experiment=exp")["items"]
+    }
+    operator.stop()  # all state is in status and in the children: nothing is lost with the process
+    operator.start()
+    status, _ = run_to_the_end(operator, prometheus, node_agent, "exp")
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+    jobs = operator.get("jobs", "", "-l", "specdecode.io/experiment=exp")["items"]
+    assert [j["metadata"]["uid"] for j in jobs] == [job_uid]
+    assert len(operator.get("pods", "", "-l", "job-name=exp-load")["items"]) == 1
+    assert len(arms) == 2  # (the arms themselves are deleted by the cleanup policy once Completed)
