@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from specdecode.experiment import documents, records, validation, verdict
-from specdecode.experiment import spec as spec_mod
+from specdecode.experiment import documents, validation
 from specdecode.loadgen import http, runner, workload
 from specdecode.loadgen import plan as plan_mod
 
@@ -47,22 +45,6 @@ class _Printer:
             w = event.window
             note = " (stopped early)" if event.stopped_early else ""
             print(f"  {event.stage}: finished in {w.end - w.start:.1f} s{note}", file=self.out, flush=True)
-
-
-def stop_rule(s: spec_mod.ExperimentSpec) -> runner.StopRule | None:
-    """Sequential stopping (the verdict's always-valid rule) when `analysis.sequential` is on."""
-    if not s.analysis.sequential:
-        return None
-    bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
-
-    def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-        control = [r for r in recs if r.arm == "control"]
-        treatment = [r for r in recs if r.arm == "treatment"]
-        return verdict.stage_decided(
-            s.analysis, control, treatment, max_pairs=bounds.get(stage, len(control))
-        )
-
-    return decided
 
 
 def main(
@@ -114,7 +96,9 @@ def main(
         return 2
     progress = None if quiet else _Printer(err)
     with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
-        result = loop.run(runner.run(plan, endpoints, out, progress=progress, stop_rule=stop_rule(exp.spec)))
+        result = loop.run(
+            runner.run(plan, endpoints, out, progress=progress, stop_rule=plan_mod.stop_rule(exp.spec))
+        )
     measured = [s for s in result.summary["stages"] if not s["warmup"]]
     ok = sum(a["ok"] for s in measured for a in s["arms"].values())
     validity = result.summary["validity"]

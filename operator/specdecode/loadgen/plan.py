@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdecode.experiment import records, verdict
 from specdecode.experiment import spec as spec_mod
 from specdecode.loadgen import schedule, workload
 
@@ -179,3 +181,22 @@ def plan_from_spec(
             "model": spec.served_name,
         },
     )
+
+
+StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]
+
+
+def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
+    """Sequential stopping (the verdict's always-valid rule) when `analysis.sequential` is on."""
+    if not s.analysis.sequential:
+        return None
+    bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
+
+    def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
+        control = [r for r in recs if r.arm == "control"]
+        treatment = [r for r in recs if r.arm == "treatment"]
+        return verdict.stage_decided(
+            s.analysis, control, treatment, max_pairs=bounds.get(stage, len(control))
+        )
+
+    return decided

@@ -34,14 +34,14 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from specdecode.experiment import records
 from specdecode.loadgen import http, pacer, scrape, sse, summary
-from specdecode.loadgen.plan import Plan, StagePlan
+from specdecode.loadgen.plan import Plan, StagePlan, StopRule
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,6 @@ SUMMARY_FILE = "loadgen-summary.json"
 TICK_S = 0.010
 #: closed loop: sends released per event-loop iteration (see `_Run._turn`)
 SENDS_PER_ITERATION = 8
-
-StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]
 
 
 @dataclass(frozen=True)

@@ -208,16 +208,12 @@ class _Run:
         return load.result()
 
     def _stop_rule(self) -> Callable[[str, Sequence[records.RequestRecord]], bool]:
-        analysis = self.spec.analysis
-        stages = {stage.name: self.spec.stage_requests(stage) for stage in self.spec.workload.stages}
+        """The load generator's sequential stopping, also feeding the live view's running speed-up."""
+        sequential = plan_mod.stop_rule(self.spec)
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-            control = [r for r in recs if r.arm == spec.Arm.CONTROL.value]
-            treatment = [r for r in recs if r.arm == spec.Arm.TREATMENT.value]
             self.view.note_speedup(stage, list(recs))
-            return verdict.stage_decided(
-                analysis, control, treatment, max_pairs=stages.get(stage, len(control))
-            )
+            return sequential is not None and sequential(stage, recs)
 
         return decided
 
