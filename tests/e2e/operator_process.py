@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from k8s_cluster import Cluster, stop_process, tail
+from k8s_cluster import Cluster, free_port, stop_process, tail
 
 
 class OperatorProcess:
@@ -33,6 +33,8 @@ class OperatorProcess:
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
 
     def start(self) -> None:
         argv = [
@@ -45,6 +47,8 @@ class OperatorProcess:
             "--standalone",
             "--log-format",
             "plain",
+            f"--metrics-port={self.metrics_port}",
+            f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz",
         ]
         sink = self.log.open("ab")
         self.process = subprocess.Popen(

@@ -8,6 +8,7 @@ measured experiment (pods that really run the simulator and the load) is in test
 from __future__ import annotations
 
 import copy
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,32 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 def names(operator: OperatorProcess, kind: str) -> dict[str, str]:
     items = operator.get(kind, "", "-l", "specdecode.io/experiment=exp")["items"]
     return {i["metadata"]["name"]: i["metadata"]["uid"] for i in items}
+
+
+def fetch(url: str) -> str:
+    """The body, or "" while nothing answers (the operator may still be starting)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
+
+
+def test_the_operator_serves_liveness_and_counts_experiments_by_phase(operator: OperatorProcess) -> None:
+    doc = experiment()
+    doc["spec"]["engine"]["args"] = ["--host", "::"]
+    operator.apply(doc)
+    operator.wait_phase("exp", "Failed")
+    assert operator.wait("liveness", lambda: fetch(f"http://127.0.0.1:{operator.liveness_port}/healthz"))
+    metrics = operator.wait(
+        "the experiment counted",
+        lambda: (
+            (text := fetch(f"http://127.0.0.1:{operator.metrics_port}/metrics"))
+            and 'specdecode_experiments{phase="Failed",verdict=""} 1.0' in text
+            and text
+        ),
+    )
+    assert "specdecode_reconcile_errors_total 0.0" in metrics
 
 
 def test_an_invalid_spec_fails_without_deploying_anything(operator: OperatorProcess) -> None:

@@ -74,7 +74,15 @@ def _needs_reconcile(body: kopf.Body, **_: Any) -> bool:
 async def reconcile_experiment(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
-    """Observe, decide, act, persist."""
+    """Observe, decide, act, persist (a failing tick is counted, then retried by kopf)."""
+    try:
+        await _reconcile(body, patch, memo, logger)
+    except Exception:
+        memo.metrics.reconcile_errors.inc()
+        raise
+
+
+async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger) -> None:
     settings: OperatorSettings = memo.settings
     client: kube.Kube = memo.kube
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
