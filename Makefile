@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit crd venv clean prometheus
+.PHONY: demo test lint typecheck unit crd venv clean
 
 venv: $(STAMP)
 
@@ -33,10 +33,7 @@ crd: $(STAMP)
 	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
 
 # A real Prometheus server for the tests (Debian's package), installed only when missing.
-prometheus:
-	@prometheus --version >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends prometheus; }
-
-unit: $(STAMP) prometheus
+unit: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

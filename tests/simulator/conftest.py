@@ -171,10 +171,14 @@ class Prometheus:
 
 @pytest.fixture
 def start_prometheus() -> Iterator[Callable[[list[str]], Prometheus]]:
-    """Start Debian's `prometheus` on a free loopback port scraping `targets` every second."""
-    binary = shutil.which("prometheus")
+    """Start a real Prometheus on a free loopback port scraping `targets` every second.
+
+    The one `make k8s-bins` builds for the e2e tests ($SPECDECODE_K8S_BIN_DIR/prometheus), else one on PATH.
+    """
+    built = Path(os.environ.get("SPECDECODE_K8S_BIN_DIR", "/nonexistent")) / "prometheus"
+    binary = str(built) if os.access(built, os.X_OK) else shutil.which("prometheus")
     if binary is None:
-        pytest.fail("prometheus is not installed: run `make prometheus` (apt-get install prometheus)")
+        pytest.fail("prometheus is not built: run `make test` (or `make k8s-bins`)")
     started: list[Prometheus] = []
     tmp = Path(tempfile.mkdtemp(prefix="prom-"))
 
