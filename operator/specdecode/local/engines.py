@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,18 +181,6 @@ class Engines:
         """Stop every process this run started."""
         for arm in list(self.arms):
             self.stop(arm)
-
-    def pids(self) -> list[int]:
-        """PIDs of the processes started (for tests)."""
-        return [a.process.pid for a in self.arms.values() if a.process is not None]
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Engines]:
-        """Stop everything on leaving, whatever happened."""
-        try:
-            yield self
-        finally:
-            self.stop_all()
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -315,16 +315,9 @@ def _read_records(directory: Path) -> list[records.RequestRecord]:
 
 
 def _read_anchor(directory: Path) -> records.RunAnchor:
-    import json
-
     doc = json.loads((directory / "windows.json").read_text())
     return records.RunAnchor.model_validate(doc["anchor"])
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def wall_time(started: float) -> float:
-    """Seconds since `started` (time.monotonic())."""
-    return time.monotonic() - started
