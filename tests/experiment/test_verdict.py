@@ -38,7 +38,7 @@ def test_clear_speedup_everywhere_is_promoted() -> None:
     low = stage(result, "low")
     assert low.verdict is StageVerdict.PASS
     assert low.speedup.ci_low <= 1.4 <= low.speedup.ci_high
-    assert low.speedup.method == "confidenceSequence"
+    assert low.speedup.method == "groupSequential"
     assert result.message.startswith("tpot speed-up 1.")
     assert "low" in result.speedup_summary
 
@@ -288,23 +288,74 @@ def test_stage_decided_is_off_without_sequential_analysis() -> None:
     assert not verdict.stage_decided(spec.analysis, control, treatment, max_pairs=300)
 
 
-def test_confidence_sequence_covers_the_mean_under_repeated_looks() -> None:
+def test_one_look_is_the_fixed_test_and_the_boundaries_spend_exactly_alpha() -> None:
+    assert sequential.z_bounds((1.0,), (0.05,))[0] == pytest.approx(1.959964, abs=1e-5)
+    d = sequential.design(300, alpha=0.05)
+    assert d.looks[-1] == 300 and len(d.looks) > 10
+    # Brownian motion observed at the planned looks: first crossings happen as often as spent.
+    rng = np.random.default_rng(11)
+    fractions = np.asarray(d.looks) / 300
+    steps = rng.normal(size=(200_000, fractions.size)) * np.sqrt(np.diff(fractions, prepend=0.0))
+    z = np.cumsum(steps, axis=1) / np.sqrt(fractions)
+    crossed = np.abs(z) >= np.asarray(d.z)
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), fractions.size)
+    for k in (0, 4, fractions.size - 1):
+        expected = sequential.spent(float(fractions[k]), 0.05)
+        assert (first <= k).mean() == pytest.approx(expected, abs=0.0015)
+
+
+def test_repeated_intervals_cover_the_mean_at_every_look_on_heavy_tails() -> None:
     rng = np.random.default_rng(6)
-    x = rng.standard_t(5, size=(2000, 200)) * 0.4 + 0.1
-    seq = sequential.confidence_sequence(x, confidence=0.95, horizon=200)
-    ever_missed = ((seq.low > 0.1) | (seq.high < 0.1)).any(axis=1).mean()
+    x = rng.standard_t(5, size=(4000, 200)) * 0.4 + 0.1
+    b = sequential.look_bounds(x, sequential.design(200, alpha=0.05))
+    ever_missed = ((b.low > 0.1) | (b.high < 0.1)).any(axis=1).mean()
     assert ever_missed <= 0.05
 
 
-def test_anytime_p_value_matches_the_interval() -> None:
+def test_the_looks_do_not_depend_on_when_the_caller_looks() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(0.25, 0.5, 300)
+    every = sequential.look_every(300)
+    calls = [sequential.look(x[:n], threshold=0.0, confidence=0.95, horizon=300) for n in range(10, 301)]
+    first = next(c for c in calls if c.decided)
+    assert first.n % every == 0
+    # once decided, every later call reports the same look and interval
+    assert all((c.why, c.n, c.low) == (first.why, first.n, first.low) for c in calls if c.n >= first.n)
+
+
+def test_an_effect_between_min_speedup_and_the_alternative_is_decided_by_the_end() -> None:
+    # the flaw of inverted SPRTs: their interval never narrows below a floor; here it must.
+    rng = np.random.default_rng(9)
+    x = rng.normal(math.log(1.13), 0.3, 600)
+    at = sequential.look(x, threshold=math.log(1.05), confidence=0.95, horizon=600)
+    assert at.decided and at.why == "above"
+
+
+def test_a_stage_cut_short_gets_a_final_look_that_spends_the_rest() -> None:
+    rng = np.random.default_rng(10)
+    x = rng.normal(0.0, 0.5, 137)
+    at = float(np.mean(x))  # a threshold no look can separate from
+    mid = sequential.look(x, threshold=at, confidence=0.95, horizon=300)
+    end = sequential.look(x, threshold=at, confidence=0.95, horizon=300, final=True)
+    last_planned = max(n for n in sequential.planned_looks(300) if n <= 137)
+    assert not mid.decided and mid.n == last_planned < 137
+    assert end.decided and end.n == 137 and end.why == "undecided"
+    assert end.high - end.low < mid.high - mid.low
+    cut = sequential.design(300, alpha=0.05, final_at=137)
+    planned = sequential.design(300, alpha=0.05)
+    assert cut.looks[-1] == 137 and cut.z[-1] < planned.z[len(cut.looks) - 1]
+
+
+def test_repeated_p_value_matches_the_interval() -> None:
     rng = np.random.default_rng(7)
-    x = rng.normal(0.3, 0.5, 200)
-    seq = sequential.confidence_sequence(x, confidence=0.95, horizon=300)
-    p = sequential.anytime_p_value(x, threshold=0.0, confidence=0.95, horizon=300)
-    assert (seq.low[-1] > 0.0) == (p < 0.05)
+    for shift in (0.05, 0.1, 0.3):
+        x = rng.normal(shift, 0.5, 200)
+        at = sequential.look(x, threshold=0.0, confidence=0.95, horizon=300, final=True)
+        p = sequential.repeated_p_value(x, threshold=0.0, confidence=0.95, horizon=300, upto=at.n)
+        assert (at.low > 0.0) == (p < 0.05), (shift, at, p)
 
 
 def test_empty_input_to_the_sequence_is_empty() -> None:
-    seq = sequential.confidence_sequence(np.array([]), confidence=0.95, horizon=10)
-    assert seq.mean.size == 0
+    b = sequential.look_bounds(np.zeros((3, 0)), sequential.design(10, alpha=0.05))
+    assert b.mean.shape == (3, 0)
     assert sequential.look(np.array([]), threshold=0.0, confidence=0.95, horizon=10).why == "too-few"

@@ -466,7 +466,7 @@ class AnalysisSpec(Model):
     )
     """`all`, `any`, or a list of stage names that must pass for Promote."""
     sequential: bool = True
-    """Stop a stage early once its decision can no longer change (always-valid error guarantee)."""
+    """Stop a stage early once its decision can no longer change (error guarantee holds under the looks)."""
 
     @field_validator("require_stages")
     @classmethod

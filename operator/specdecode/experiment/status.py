@@ -189,7 +189,7 @@ class Speedup(StatusModel):
     n: int = 0
     """Pairs used."""
     method: str | None = None
-    """How the interval was computed: `confidenceSequence` (always valid) or `pairedT` (fixed horizon)."""
+    """How the interval was computed: `groupSequential` (valid under the sequential looks) or `pairedT` (fixed horizon)."""
 
 
 class QuantileSpeedup(StatusModel):

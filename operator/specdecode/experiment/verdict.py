@@ -9,9 +9,10 @@ the same time, so the natural unit is the pair: d_i = log(control_i / treatment_
 The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-prompt heterogeneity
 (long prompts are slow in both arms) cancels in the ratio, the log makes it scale-free and symmetric
 (swapping the arms inverts it exactly), and heavy right tails are tamed. Its interval:
-- `analysis.sequential: true` (default): the always-valid confidence sequence of `sequential.py`,
-  at the configured confidence. The load generator may have stopped the stage early on the same
-  sequence (`stage_decided`), and the reported interval is valid whatever looks were taken.
+- `analysis.sequential: true` (default): the repeated confidence interval of the group-sequential
+  design in `sequential.py` (looks planned from the stage's request bound, error spent over them),
+  at the configured confidence, taken at the look that decided the stage. The load generator may
+  have stopped the stage early on the same design (`stage_decided`); the interval stays valid.
 - `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
   hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
 Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
@@ -181,12 +182,12 @@ def compare(
 
     `baseline[i]` and `candidate[i]` are the same request in both arms. Latencies: speed-up is
     baseline / candidate; with `higher_is_better` (throughput) candidate / baseline. `horizon` is
-    the most pairs the stage could have had (tunes the confidence sequence; default: len).
+    the most pairs the stage could have had (sets the sequential design's looks; default: len).
     """
     d = log_ratios(baseline, candidate, higher_is_better=higher_is_better)
     n = int(d.size)
     threshold = math.log(min_speedup)
-    method = "confidenceSequence" if sequential_ci else "pairedT"
+    method = "groupSequential" if sequential_ci else "pairedT"
     need = sequential.MIN_PAIRS if sequential_ci else MIN_PAIRS_FIXED
     if n == 0:
         return MetricVerdict(Label.NO_DATA, None, None, None, 0, f"no valid {metric} pairs", method)
@@ -202,13 +203,12 @@ def compare(
             method,
         )
     if sequential_ci:
-        seq = sequential.confidence_sequence(d, confidence=confidence, horizon=max(horizon or n, n))
-        low, high = float(seq.low[-1]), float(seq.high[-1])
-        # The running intersection may (rarely) exclude today's mean; widening keeps it valid.
-        low, high = min(low, mean), max(high, mean)
-        p = sequential.anytime_p_value(
-            d, threshold=threshold, confidence=confidence, horizon=max(horizon or n, n)
-        )
+        h = max(horizon or n, n)
+        at = sequential.look(d, threshold=threshold, confidence=confidence, horizon=h, final=True)
+        # The interval of the look that decided (pairs that finished after it add nothing to it);
+        # widened to hold the estimate from all pairs, should those have moved it outside.
+        low, high = min(at.low, mean), max(at.high, mean)
+        p = sequential.repeated_p_value(d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n)
     else:
         sd = float(np.std(d, ddof=1))
         if sd == 0.0:
@@ -925,12 +925,12 @@ def stage_decided(
 ) -> bool:
     """May the load generator end this stage now? For the load generator's loop; pure and cheap.
 
-    Call it at any time, as often as you like (after each completed pair, or every few): the
-    guarantee holds under repeated looks. Pass every finished record of the running stage for each
+    Call it at any time, as often as you like (after each completed pair, or every few): the design's
+    looks are planned from `max_pairs` alone, so every call sees the same looks. Pass every finished record of the running stage for each
     arm (ok or failed, warm-up excluded) and the stage's request bound (`spec.stage_requests(stage)`).
-    Only the longest run of indices finished in both arms is used. True when the primary metric's
-    always-valid interval lies wholly above or below minSpeedup, or the stage is futile (even at
-    `max_pairs` it could not separate from minSpeedup); always False with `analysis.sequential` off
+    Only the longest run of indices finished in both arms is used. True when, at a planned look, the
+    primary metric's repeated confidence interval lies wholly above or below minSpeedup, or the
+    stage reached `max_pairs`; always False with `analysis.sequential` off
     or before `sequential.MIN_PAIRS` pairs. Guardrails are judged at the end on whatever ran.
     """
     if not analysis.sequential:

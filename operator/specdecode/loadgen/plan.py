@@ -61,7 +61,7 @@ class Plan:
     seed: int = 42
     salt: str = ""
     request_timeout_s: float = 600.0
-    look_every: int = 20
+    look_every: int = 10
     """Completed pairs between calls of the sequential stopping rule."""
     scrape_metrics: bool = False
     """Read each arm's /metrics at stage boundaries (the operator reads Prometheus instead)."""
@@ -126,7 +126,7 @@ def plan_from_spec(
     scrape_metrics: bool = False,
     warmup_concurrency: int = 4,
     budgets: Budgets | None = None,
-    look_every: int = 20,
+    look_every: int = 10,
 ) -> Plan:
     """The plan of an experiment: warm-up (closed loop) first, then the spec's stages in order."""
     wl = spec.workload
@@ -187,7 +187,7 @@ StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]
 
 
 def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
-    """Sequential stopping (the verdict's always-valid rule) when `analysis.sequential` is on."""
+    """Sequential stopping (the verdict's group-sequential design) when `analysis.sequential` is on."""
     if not s.analysis.sequential:
         return None
     bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}

@@ -239,7 +239,8 @@ def render_html(
     )
     body.append(
         "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
-        "with an always-valid confidence sequence when sequential analysis is on (else a paired t "
+        "with the repeated confidence interval of a group-sequential design (error spent over "
+        "looks planned from the stage's request bound) when sequential analysis is on (else a paired t "
         "interval); tails by paired bootstrap; error rate and output match by Clopper–Pearson.</p>"
     )
     return "".join(head + body) + "</body></html>\n"
