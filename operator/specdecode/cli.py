@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specdecode import __version__
@@ -231,15 +231,32 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _loadgen(args: argparse.Namespace) -> int:
-    try:
+    if not args.results_configmap:
         return _load(args)
+    try:
+        # After every measured stage (a Job killed later keeps what it finished) and at the end,
+        # also after a failure or an interruption: what was measured is never lost.
+        return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
     finally:
-        if args.results_configmap:
-            # Also after a failure or an interruption: what was measured is never lost.
-            _upload_results(args)
+        _upload_results(args)
 
 
-def _upload_results(args: argparse.Namespace) -> None:
+def _upload_between_stages(args: argparse.Namespace, stage: str) -> None:
+    """Store the results so far from inside the load's event loop (on a thread: its own loop)."""
+    import threading
+
+    def store() -> None:
+        try:
+            _upload_results(args, note=f"after stage {stage}")
+        except Exception as exc:  # the final upload tries again; the load goes on
+            print(f"could not store the results after stage {stage}: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=store, name="store-results")
+    thread.start()
+    thread.join()
+
+
+def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import asyncio
     import os
 
@@ -273,10 +290,11 @@ def _upload_results(args: argparse.Namespace) -> None:
         )
     finally:
         client.close()
-    print(f"stored the results in {count} ConfigMap(s) {args.results_configmap}-*", file=sys.stderr)
+    where = f" {note}" if note else ""
+    print(f"stored the results{where} in {count} ConfigMap(s) {args.results_configmap}-*", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, after_stage: Callable[[str], None] | None = None) -> int:
     from specdecode.loadgen import command
 
     return command.main(
@@ -292,6 +310,7 @@ def _load(args: argparse.Namespace) -> int:
         dataset_file=args.dataset_file,
         salt=args.salt,
         err=sys.stderr,
+        after_stage=after_stage,
     )
 
 

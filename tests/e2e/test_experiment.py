@@ -8,6 +8,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from k8s_cluster import Cluster
 from node_agent import NodeAgent
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
+
+from specdecode.experiment import sequential
 
 pytestmark = pytest.mark.e2e
 
@@ -143,7 +146,11 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     (stage,) = status["stages"]
     assert stage["name"] == "c1"
     assert stage["verdict"] == ("Pass" if verdict == "Promote" else "Fail")
-    assert stage["control"]["requests"] >= 20 and stage["treatment"]["requests"] >= 20
+    # The sequential design looks every 10 pairs of this 80-request stage: a 2x slower draft is
+    # decided at the first look, a 1.15x faster one later; never before MIN_PAIRS pairs.
+    first_look = sequential.planned_looks(80)[0]
+    assert first_look == sequential.MIN_PAIRS
+    assert stage["control"]["requests"] >= first_look and stage["treatment"]["requests"] >= first_look
     assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0
     estimate = stage["speedup"]["estimate"]
     assert (estimate > 1.05) if verdict == "Promote" else (estimate < 1.05)
@@ -193,3 +200,39 @@ def test_an_operator_restarted_during_the_load_resumes_to_the_same_verdict_witho
     assert [j["metadata"]["uid"] for j in jobs] == [job_uid]
     assert len(operator.get("pods", "", "-l", "job-name=exp-load")["items"]) == 1
     assert len(arms) == 2  # (the arms themselves are deleted by the cleanup policy once Completed)
+
+
+def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """The load Job stores its results after every stage: SIGKILL during the second stage (no
+    chance to clean up) still leaves the first one in status.stages and the report."""
+    name = "killed"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["stages"] = [{"name": "c1", "concurrency": 1}, {"name": "c2", "concurrency": 1}]
+    doc["spec"]["analysis"]["sequential"] = False  # every stage runs its 80 requests: a wide window
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    operator.wait(
+        "the results of stage c1",
+        lambda: any(
+            cm["metadata"]["name"].startswith(f"{name}-results") for cm in operator.get("configmaps")["items"]
+        ),
+        timeout=120,
+    )
+    killed = subprocess.run(
+        ["pkill", "-KILL", "-f", f"results-configmap {name}-results"], check=False
+    ).returncode
+    assert killed == 0, "no load generator process to kill"
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Failed" and status["reason"] == "LoadJobFailed", detail
+    assert status.get("verdict") is None, detail
+    assert [s["name"] for s in status.get("stages", [])] == ["c1"], detail
+    (c1,) = status["stages"]
+    assert c1["control"]["requests"] == 80 and c1["treatment"]["requests"] == 80, detail
+    assert c1["speedup"]["estimate"] > 1.0, detail
+    assert "the 1 of 2 stage(s) measured before that (c1)" in status["message"], detail
+    assert status["resultsRef"]["configMap"] == f"{name}-report", detail
+    report = operator.get("configmap", f"{name}-report")
+    assert "report.html.gz" in report["binaryData"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import json
 import time
@@ -173,3 +174,54 @@ async def collect(
         validity=summary.get("validity"),
         results_ref=status.ResultsRef(config_map=report["metadata"]["name"]),
     )
+
+
+async def salvage(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    failed: status.ExperimentStatus,
+    settings: OperatorSettings,
+) -> status.ExperimentStatus:
+    """A run that failed during the load keeps the stages it finished: their statistics go into
+    `status.stages` and the report ConfigMap, the experiment stays Failed without a verdict.
+
+    The load Job stores its results after every stage, so this finds whatever it finished even when
+    it was killed. No results, or results that do not parse: `failed` unchanged. Prometheus is
+    asked as for a full run; if it cannot answer, the stages keep the load Job's own figures.
+    """
+    metadata = body["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    generation = int(metadata.get("generation") or 1)
+    try:
+        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
+        recs, anchor, windows, summary = parse_results(files)
+    except (results.ResultsError, ValueError):
+        return failed
+    measured = [w.stage for w in windows if w.stage in {s.name for s in experiment.workload.stages}]
+    if not measured:
+        return failed
+    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    if url is not None:
+        source = prometheus.PrometheusSource(url)
+        with contextlib.suppress(prometheus.PrometheusUnavailable, prometheus.PrometheusNoData):
+            windows = await asyncio.to_thread(
+                with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
+            )
+    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    total = len(experiment.workload.stages)
+    kept = failed.model_copy(
+        update={
+            "stages": [s for s in analysis.stages if s.name in measured],
+            "results_ref": status.ResultsRef(config_map=f"{name}-report"),
+            "message": (
+                f"{failed.message}; the {len(measured)} of {total} stage(s) measured before that "
+                f"({', '.join(measured)}) are kept in status.stages and ConfigMap {name}-report"
+            ),
+        }
+    )
+    html = page.render_html(kept, recs, windows, experiment, name=name)
+    report = report_config_map(name, html, kept.wire())
+    report["metadata"]["annotations"] = {"specdecode.io/generation": str(generation)}
+    await kube.put(report, namespace)
+    return kept

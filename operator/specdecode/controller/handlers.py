@@ -113,6 +113,11 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
         )
 
     decision = reconcile.decide(subject, current, observed, datetime.now(UTC), settings.timing)
+    running = current.phase is status.Phase.RUNNING and current.observed_generation == generation
+    if running and decision.status.phase is status.Phase.FAILED and subject.spec is not None:
+        # Measurements already taken are never lost: the stages finished before the failure.
+        kept = await collect.salvage(client, body, subject.spec, decision.status, settings)
+        decision = replace(decision, status=kept)
     # List items carry no apiVersion/kind: remember which list each came from.
     listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, result_maps)]
     stale = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -47,6 +48,23 @@ class _Printer:
             print(f"  {event.stage}: finished in {w.end - w.start:.1f} s{note}", file=self.out, flush=True)
 
 
+class _AfterStage:
+    """Passes events on, and calls `hook(stage)` once a measured stage's files are complete."""
+
+    def __init__(self, inner: runner.Progress | None, hook: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.hook = hook
+        self.warmups: set[str] = set()
+
+    def __call__(self, event: runner.ProgressEvent) -> None:
+        if self.inner is not None:
+            self.inner(event)
+        if isinstance(event, runner.StageStarted) and event.warmup:
+            self.warmups.add(event.stage)
+        elif isinstance(event, runner.StageFinished) and event.stage not in self.warmups:
+            self.hook(event.stage)
+
+
 def main(
     *,
     experiment: Path,
@@ -61,8 +79,14 @@ def main(
     dataset_file: Path | None = None,
     salt: str | None = None,
     err: TextIO = sys.stderr,
+    after_stage: Callable[[str], None] | None = None,
 ) -> int:
-    """Load both arms as the experiment's workload says; write results under `out`."""
+    """Load both arms as the experiment's workload says; write results under `out`.
+
+    `after_stage(stage)` runs between stages, once the stage's records and window are on disk (the
+    load Job stores them there, so a Job killed later keeps every stage it finished); the next
+    stage starts when it returns.
+    """
     try:
         exp = documents.load_experiment(experiment)
         plan = plan_mod.plan_from_spec(
@@ -94,7 +118,9 @@ def main(
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"specdecode loadgen: {line}", file=err)
         return 2
-    progress = None if quiet else _Printer(err)
+    progress: runner.Progress | None = None if quiet else _Printer(err)
+    if after_stage is not None:
+        progress = _AfterStage(progress, after_stage)
     with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
         result = loop.run(
             runner.run(plan, endpoints, out, progress=progress, stop_rule=plan_mod.stop_rule(exp.spec))
