@@ -11,12 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from specdecode import __version__
-
-EXIT_OK = 0
-EXIT_REJECTED = 1
-EXIT_INVALID = 2
-EXIT_FAILED = 3
+from specdecode import __version__, exit_status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,10 +61,10 @@ def _report(args: argparse.Namespace) -> int:
         loaded = results.render_directory(Path(args.directory))
     except results.ResultsError as exc:
         print(exc, file=sys.stderr)
-        return EXIT_INVALID
+        return exit_status.INVALID
     terminal.console().print(terminal.render_terminal(loaded.status))
     print(f"wrote {Path(args.directory) / results.REPORT}")
-    return EXIT_OK
+    return exit_status.OK
 
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,7 +104,7 @@ def _operator(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         verbose=args.verbose,
     )
-    return EXIT_OK
+    return exit_status.OK
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -148,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{args.file} (the operator runs it)",
             file=sys.stderr,
         )
-        return EXIT_INVALID
+        return exit_status.INVALID
     from specdecode.local import runner
 
     options = runner.Options(
@@ -321,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_status.INTERRUPTED
     return code
 
 

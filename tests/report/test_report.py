@@ -11,7 +11,7 @@ from typing import TypeAlias
 import pytest
 from rich.console import Console
 
-from specdecode import cli
+from specdecode import cli, exit_status
 from specdecode.experiment import validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
@@ -103,13 +103,13 @@ def test_results_round_trip_and_the_report_command(
     loaded = results.load_results(tmp_path)
     assert loaded.status == status and len(loaded.records) == len(records) and loaded.spec == spec
     (tmp_path / "report.html").unlink()
-    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_OK
+    assert cli.main(["report", str(tmp_path)]) == exit_status.OK
     assert (tmp_path / "report.html").exists()
     assert "Reject" in capsys.readouterr().out
 
 
 def test_report_command_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_INVALID
+    assert cli.main(["report", str(tmp_path)]) == exit_status.INVALID
     assert "result.json: no such file" in capsys.readouterr().err
 
 

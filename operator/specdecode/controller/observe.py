@@ -127,9 +127,7 @@ def observe(
         if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_COMPONENT) == "load"
     ]
     job = job_state(by_name.get(names.load_job), load_pods)
-    return reconcile.Observed(
-        arms=arms, job=job, stale_children=stale, any_children=bool(deployments) or bool(jobs)
-    )
+    return reconcile.Observed(arms=arms, job=job, stale_children=stale)
 
 
 def _time(value: Any) -> datetime | None:

@@ -129,8 +129,6 @@ class Observed:
     job: JobState = field(default_factory=JobState)
     stale_children: tuple[str, ...] = ()
     """Children labelled with another generation than the current one."""
-    any_children: bool = False
-    """Whether any arm Deployment or the load Job still exists (for cleanup and restarts)."""
     analysis: Judgement | CollectFailure | None = None
     """Only in Analyzing: the collected and judged results."""
     scraped: bool | None = None

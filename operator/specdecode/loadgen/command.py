@@ -1,6 +1,6 @@
 """`specdecode loadgen`: the load Job's entry point (and a way to load any two endpoints by hand).
 
-Exit statuses (cli.py): 0 the run completed (read `validity` in the summary before trusting it);
+Exit statuses (`specdecode.exit_status`): 0 the run completed (read `validity` in the summary before trusting it);
 2 invalid input (experiment file, dataset, URL); 3 could not measure (no request succeeded).
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from specdecode import exit_status
 from specdecode.experiment import documents, validation
 from specdecode.loadgen import http, runner, workload
 from specdecode.loadgen import plan as plan_mod
@@ -117,7 +118,7 @@ def main(
     ) as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"specdecode loadgen: {line}", file=err)
-        return 2
+        return exit_status.INVALID
     progress: runner.Progress | None = None if quiet else _Printer(err)
     if after_stage is not None:
         progress = _AfterStage(progress, after_stage)
@@ -133,5 +134,5 @@ def main(
         print(f"wrote {result.records_written} records to {out} ({state})", file=err)
     if ok == 0:
         print("specdecode loadgen: no request succeeded; could not measure", file=err)
-        return 3
-    return 0
+        return exit_status.FAILED
+    return exit_status.OK

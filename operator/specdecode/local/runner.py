@@ -24,6 +24,7 @@ import httpx
 import yaml
 from rich.console import Console
 
+from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import documents, records, spec, status, validation, verdict
@@ -33,7 +34,6 @@ from specdecode.loadgen import runner
 from specdecode.local import engines, view
 from specdecode.report import results, terminal
 
-EXIT_OK, EXIT_REJECTED, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXPERIMENT_FILE = "experiment.yaml"
 
 
@@ -66,10 +66,10 @@ def run(path: Path, options: Options) -> int:
         problems = exc.problems if isinstance(exc, validation.InvalidSpecError) else [exc]
         for problem in problems:
             console.print(str(problem).removeprefix(": "), markup=False, highlight=False)
-        return EXIT_INVALID
+        return exit_status.INVALID
     if (options.control_url is None) != (options.treatment_url is None):
         console.print("give both --control-url and --treatment-url, or neither", markup=False)
-        return EXIT_INVALID
+        return exit_status.INVALID
     out = options.out
     out.mkdir(parents=True, exist_ok=True)
     (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
@@ -80,7 +80,7 @@ def run(path: Path, options: Options) -> int:
     except KeyboardInterrupt:
         final = run_.failed("Interrupted", "interrupted by the user (Ctrl-C); the results so far are kept")
         _finish(console, options, final, out)
-        return EXIT_INTERRUPTED
+        return exit_status.INTERRUPTED
     finally:
         show.stop()
     return _finish(console, options, final, out)
@@ -93,10 +93,10 @@ def _finish(console: Console, options: Options, final: ExperimentStatus, out: Pa
     else:
         print(final.model_dump_json(by_alias=True, exclude_none=True))
     if final.phase is Phase.FAILED:
-        return EXIT_FAILED
+        return exit_status.FAILED
     if options.fail_on_reject and final.verdict is not status.Verdict.PROMOTE:
-        return EXIT_REJECTED
-    return EXIT_OK
+        return exit_status.REJECTED
+    return exit_status.OK
 
 
 class _Run:
