@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from specdecode import cli
-from specdecode.experiment import records, spec
+from specdecode.experiment import records, sequential, spec
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner, summary
 
@@ -336,3 +336,22 @@ def test_the_cli_refuses_an_invalid_experiment_with_exit_2(
     assert code == 2
     assert "specdecode loadgen:" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_stop_rule_is_asked_at_the_sequential_designs_planned_looks(
+    fake_server: Start, tmp_path: Path
+) -> None:
+    _, _, endpoints = two_arms(fake_server)
+    plan = plan_mod.plan_from_spec(
+        make_spec(stages=[{"name": "a", "concurrency": 4}], requestsPerStage=300), Path()
+    )
+    (stage,) = [s for s in plan.stages if not s.warmup]
+    assert stage.looks == sequential.planned_looks(300) and stage.looks[0] == 12
+    asked: list[int] = []
+
+    def stop_rule(_: str, recs: Sequence[records.RequestRecord]) -> bool:
+        asked.append(len(recs) // 2)
+        return len(asked) == 3
+
+    run(plan, endpoints, tmp_path, stop_rule=stop_rule)
+    assert asked == [12, 24, 36]

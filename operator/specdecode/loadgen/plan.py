@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdecode.experiment import records, verdict
+from specdecode.experiment import records, sequential, verdict
 from specdecode.experiment import spec as spec_mod
 from specdecode.loadgen import schedule, workload
 
@@ -33,6 +33,9 @@ class StagePlan:
     offsets: tuple[float, ...] | None = None
     """Open loop: intended send time of request i, seconds after the stage's start."""
     warmup: bool = False
+    looks: tuple[int, ...] = ()
+    """Completed pairs at which the stop rule is asked: the sequential design's planned looks
+    (`sequential.planned_looks`); empty: every `Plan.look_every` pairs."""
 
     @property
     def open_loop(self) -> bool:
@@ -62,7 +65,7 @@ class Plan:
     salt: str = ""
     request_timeout_s: float = 600.0
     look_every: int = 10
-    """Completed pairs between calls of the sequential stopping rule."""
+    """Completed pairs between calls of the stop rule, for stages without planned `looks`."""
     scrape_metrics: bool = False
     """Read each arm's /metrics at stage boundaries (the operator reads Prometheus instead)."""
     scrape_interval_s: float = 5.0
@@ -157,13 +160,18 @@ def plan_from_spec(
         n = spec.stage_requests(stage)
         reqs = _stage_requests(spec, measured_items, name=stage.name, n=n, first=first, salt=salt)
         first += n
+        looks = sequential.planned_looks(n) if spec.analysis.sequential else ()
         if stage.rate is not None:
             offs = schedule.offsets(
                 wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name, burstiness=wl.burstiness
             )
-            stages.append(StagePlan(name=stage.name, requests=reqs, rate=stage.rate, offsets=tuple(offs)))
+            stages.append(
+                StagePlan(name=stage.name, requests=reqs, rate=stage.rate, offsets=tuple(offs), looks=looks)
+            )
         else:
-            stages.append(StagePlan(name=stage.name, requests=reqs, concurrency=stage.concurrency))
+            stages.append(
+                StagePlan(name=stage.name, requests=reqs, concurrency=stage.concurrency, looks=looks)
+            )
     dataset = wl.dataset.model_dump(by_alias=True, exclude_none=True)
     return Plan(
         stages=tuple(stages),

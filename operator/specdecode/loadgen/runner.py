@@ -13,7 +13,8 @@ arm, and both arms run each stage at the same time from this one process.
 - A stage ends when its requests are all sent (or the stop rule fired) and every in-flight
   request has finished: the drain. The next stage starts only after that.
 
-Sequential stopping: every `plan.look_every` completed pairs the `stop_rule(stage, records)` is
+Sequential stopping: when the completed pairs reach one of the stage's planned looks
+(`StagePlan.looks`, else every `plan.look_every` pairs) the `stop_rule(stage, records)` is
 called with the stage's records of completed pairs; when it returns True no new request is sent,
 in-flight ones drain, and the window is marked `stopped_early`.
 
@@ -127,6 +128,8 @@ class _StageState:
     pending: dict[int, dict[str, records.RequestRecord]] = field(default_factory=dict)
     completed: list[records.RequestRecord] = field(default_factory=list)
     pairs: int = 0
+    next_look: int = 0
+    """Index into `plan.looks` of the next look the stop rule has not been asked about."""
     stopped_early: bool = False
     start: float = 0.0
     last_end: float = 0.0
@@ -422,12 +425,7 @@ class _Run:
             self._write(r)
         st.completed.extend(pair)
         st.pairs += 1
-        if (
-            self.stop_rule is not None
-            and not st.plan.warmup
-            and not st.stop.is_set()
-            and st.pairs % self.plan.look_every == 0
-        ):
+        if self.stop_rule is not None and not st.plan.warmup and not st.stop.is_set() and self._look_due(st):
             try:
                 stop = self.stop_rule(st.plan.name, list(st.completed))
             except Exception:
@@ -436,6 +434,17 @@ class _Run:
             if stop:
                 st.stopped_early = True
                 st.stop.set()
+
+    def _look_due(self, st: _StageState) -> bool:
+        """Whether the pairs completed so far reached a look not asked about yet."""
+        looks = st.plan.looks
+        if not looks:
+            return st.pairs % self.plan.look_every == 0
+        due = False
+        while st.next_look < len(looks) and looks[st.next_look] <= st.pairs:
+            st.next_look += 1
+            due = True
+        return due
 
     def _flush_pending(self, st: _StageState) -> None:
         for index in sorted(st.pending):
