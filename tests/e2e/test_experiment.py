@@ -146,10 +146,10 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     (stage,) = status["stages"]
     assert stage["name"] == "c1"
     assert stage["verdict"] == ("Pass" if verdict == "Promote" else "Fail")
-    # The sequential design looks every 10 pairs of this 80-request stage: a 2x slower draft is
-    # decided at the first look, a 1.15x faster one later; never before MIN_PAIRS pairs.
+    # The sequential design looks every 10 pairs of this 80-request stage from FIRST_LOOK on: a 2x
+    # slower draft is decided at the first look, a 1.15x faster one at that look or later.
     first_look = sequential.planned_looks(80)[0]
-    assert first_look == sequential.MIN_PAIRS
+    assert first_look == sequential.FIRST_LOOK
     assert stage["control"]["requests"] >= first_look and stage["treatment"]["requests"] >= first_look
     assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0
     estimate = stage["speedup"]["estimate"]

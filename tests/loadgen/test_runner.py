@@ -231,14 +231,15 @@ def test_the_stop_rule_ends_a_stage_early_and_drains_in_flight_requests(
 
     def stop_rule(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
         looks.append((stage, len(recs)))
-        return stage == "a" and len(recs) >= 40
+        return stage == "a" and len(recs) >= 60
 
     result = run(plan, endpoints, tmp_path, stop_rule=stop_rule)
-    assert looks[:2] == [("a", 20), ("a", 40)]
+    # the planned looks of a 60-request stage: 20, 30, 40, 50 and 60 pairs (2 records each)
+    assert looks[:2] == [("a", 40), ("a", 60)]
     assert [w.stopped_early for w in result.windows] == [True, False]
     recs = read_records(tmp_path)
     stage_a = [r for r in recs if r.stage == "a"]
-    assert 40 <= len(stage_a) < 120 and all(r.ok for r in stage_a)  # in-flight ones drained, none cancelled
+    assert 60 <= len(stage_a) < 120 and all(r.ok for r in stage_a)  # in-flight ones drained, none cancelled
     assert len([r for r in recs if r.stage == "b"]) == 120
 
 
@@ -346,7 +347,7 @@ def test_the_stop_rule_is_asked_at_the_sequential_designs_planned_looks(
         make_spec(stages=[{"name": "a", "concurrency": 4}], requestsPerStage=300), Path()
     )
     (stage,) = [s for s in plan.stages if not s.warmup]
-    assert stage.looks == sequential.planned_looks(300) and stage.looks[0] == 12
+    assert stage.looks == sequential.planned_looks(300) and stage.looks[:2] == (24, 36)
     asked: list[int] = []
 
     def stop_rule(_: str, recs: Sequence[records.RequestRecord]) -> bool:
@@ -354,4 +355,4 @@ def test_the_stop_rule_is_asked_at_the_sequential_designs_planned_looks(
         return len(asked) == 3
 
     run(plan, endpoints, tmp_path, stop_rule=stop_rule)
-    assert asked == [12, 24, 36]
+    assert asked == [24, 36, 48]
