@@ -115,6 +115,25 @@ def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str,
     }
 
 
+async def store_report(
+    kube: Kube,
+    judged: status.ExperimentStatus,
+    recs: list[records.RequestRecord],
+    windows: list[records.StageWindow],
+    experiment: spec.ExperimentSpec,
+    metadata: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`."""
+    name = str(metadata["name"])
+    html = page.render_html(judged, recs, windows, experiment, name=name)
+    report = report_config_map(name, html, judged.wire())
+    report["metadata"]["annotations"] = {
+        "specdecode.io/generation": str(int(metadata.get("generation") or 1))
+    }
+    await kube.put(report, str(metadata["namespace"]))
+    return report
+
+
 async def collect(
     kube: Kube,
     body: Mapping[str, Any],
@@ -160,10 +179,7 @@ async def collect(
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     judged = analysis.apply(current)
-    html = page.render_html(judged, recs, windows, experiment, name=name)
-    report = report_config_map(name, html, judged.wire())
-    report["metadata"]["annotations"] = {"specdecode.io/generation": str(generation)}
-    await kube.put(report, namespace)
+    report = await store_report(kube, judged, recs, windows, experiment, metadata)
     return reconcile.Judgement(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
@@ -220,8 +236,5 @@ async def salvage(
             ),
         }
     )
-    html = page.render_html(kept, recs, windows, experiment, name=name)
-    report = report_config_map(name, html, kept.wire())
-    report["metadata"]["annotations"] = {"specdecode.io/generation": str(generation)}
-    await kube.put(report, namespace)
+    await store_report(kube, kept, recs, windows, experiment, metadata)
     return kept

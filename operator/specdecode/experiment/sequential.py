@@ -251,8 +251,8 @@ def look(
     """Whether a stage whose paired log-ratios so far are `x` can stop, and its interval.
 
     Decided at the first planned look whose interval lies wholly above or below `threshold`, or at
-    the stage's bound. `final`: the stage has ended (after `len(x)`
-    pairs); if no planned look decided, a final look at `len(x)` spends the remaining error.
+    the stage's bound. `final`: the stage has ended (after `len(x)` pairs); if no planned look
+    decided, a final look at `len(x)` spends the remaining error.
     """
     x = np.asarray(x, dtype=np.float64)
     n = int(x.size)
@@ -268,16 +268,18 @@ def look(
             # flight at the stop only refine the point estimate).
             k = int(hit[0])
             low, high = float(b.low[k]), float(b.high[k])
-            why = "above" if low > threshold else "below" if high < threshold else "undecided"
-            return Look(True, why, int(b.n[k]), low, high)
+            return Look(True, _side(low, high, threshold), int(b.n[k]), low, high)
     if final and n >= MIN_PAIRS and (not b.n.size or b.n[-1] < n):
         b = look_bounds(x, design(horizon, alpha=alpha, final_at=n))
         low, high = float(b.low[-1]), float(b.high[-1])
-        why = "above" if low > threshold else "below" if high < threshold else "undecided"
-        return Look(True, why, n, low, high)
+        return Look(True, _side(low, high, threshold), n, low, high)
     if not b.n.size:
         return Look(False, "too-few", n, -math.inf, math.inf)
     return Look(False, "undecided", int(b.n[-1]), float(b.low[-1]), float(b.high[-1]))
+
+
+def _side(low: float, high: float, threshold: float) -> str:
+    return "above" if low > threshold else "below" if high < threshold else "undecided"
 
 
 def repeated_p_value(x: FloatArray, *, threshold: float, confidence: float, horizon: int, upto: int) -> float:
