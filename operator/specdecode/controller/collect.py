@@ -214,7 +214,8 @@ async def salvage(
         recs, anchor, windows, summary = parse_results(files)
     except (results.ResultsError, ValueError):
         return failed
-    measured = [w.stage for w in windows if w.stage in {s.name for s in experiment.workload.stages}]
+    stages = {s.name for s in experiment.workload.stages}
+    measured = [w.stage for w in windows if w.stage in stages]
     if not measured:
         return failed
     url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url

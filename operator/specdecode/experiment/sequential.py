@@ -5,9 +5,10 @@ horizon interval checked after every few requests would be wrong far more often 
 level (repeated looks inflate the error), so the boundaries here come from a *group-sequential
 design* (Jennison & Turnbull, "Group Sequential Methods with Applications to Clinical Trials", 2000):
 
-- Looks are *planned*: after every `look_every(horizon)` pairs of the stage (counted in request order),
-  not before `FIRST_LOOK` pairs, and at the stage's last pair. They depend only on the stage's request bound, never on the data,
-  so the caller may evaluate the rule as often as it likes: it always sees the same looks.
+- Looks are *planned*: after every `look_every(horizon)` pairs of the stage (counted in request
+  order), not before `FIRST_LOOK` pairs, and at the stage's last pair. They depend only on the
+  stage's request bound, never on the data, so the caller may evaluate the rule as often as it
+  likes: it always sees the same looks.
 - The error is *spent* over the looks with the Hwang-Shih-DeCani function (γ = `GAMMA`), which spends
   most of it early, where a real speed-up is decided. The two-sided boundary c_k at look k is found
   by recursive numerical integration (J&T ch. 19) so that the probability of crossing at look k
@@ -68,7 +69,7 @@ SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 def look_every(horizon: int) -> int:
     """Pairs between planned looks, for a stage of at most `horizon` pairs."""
-    return max(LOOK_EVERY, MIN_PAIRS, math.ceil(horizon / MAX_LOOKS))
+    return max(LOOK_EVERY, math.ceil(horizon / MAX_LOOKS))
 
 
 def planned_looks(horizon: int) -> tuple[int, ...]:
@@ -120,10 +121,11 @@ def z_bounds(fractions: tuple[float, ...], cumulative: tuple[float, ...]) -> tup
     prev_t, prev_cum = 0.0, 0.0
     for k, (t, cum) in enumerate(zip(fractions, cumulative, strict=True)):
         inc = cum - prev_cum
+        a, b, s = math.sqrt(prev_t), math.sqrt(t), math.sqrt(t - prev_t)
         if k == 0:
             c = float(-special.ndtri(inc / 2.0)) if inc > 0.0 else Z_MAX
         else:
-            args = (z, w * f, math.sqrt(prev_t), math.sqrt(t), math.sqrt(t - prev_t), inc)
+            args = (z, w * f, a, b, s, inc)
             if inc <= 0.0 or _excess(Z_MAX, *args) >= 0.0:
                 c = Z_MAX
             elif _excess(0.0, *args) <= 0.0:
@@ -137,7 +139,6 @@ def z_bounds(fractions: tuple[float, ...], cumulative: tuple[float, ...]) -> tup
         if k == 0:
             new_f = np.exp(-0.5 * new_z * new_z) / SQRT_2PI
         else:
-            a, b, s = math.sqrt(prev_t), math.sqrt(t), math.sqrt(t - prev_t)
             u = (new_z[:, None] * b - z[None, :] * a) / s
             kernel = np.exp(-0.5 * u * u) * (b / (s * SQRT_2PI))
             new_f = kernel @ (w * f)

@@ -925,13 +925,14 @@ def stage_decided(
 ) -> bool:
     """May the load generator end this stage now? For the load generator's loop; pure and cheap.
 
-    Call it at any time, as often as you like (after each completed pair, or every few): the design's
-    looks are planned from `max_pairs` alone, so every call sees the same looks. Pass every finished record of the running stage for each
-    arm (ok or failed, warm-up excluded) and the stage's request bound (`spec.stage_requests(stage)`).
-    Only the longest run of indices finished in both arms is used. True when, at a planned look, the
-    primary metric's repeated confidence interval lies wholly above or below minSpeedup, or the
-    stage reached `max_pairs`; always False with `analysis.sequential` off
-    or before `sequential.MIN_PAIRS` pairs. Guardrails are judged at the end on whatever ran.
+    Call it at any time, as often as you like (after each completed pair, or every few): the
+    design's looks are planned from `max_pairs` alone, so every call sees the same looks. Pass every
+    finished record of the running stage for each arm (ok or failed, warm-up excluded) and the
+    stage's request bound (`spec.stage_requests(stage)`). Only the longest run of indices finished
+    in both arms is used. True when, at a planned look, the primary metric's repeated confidence
+    interval lies wholly above or below minSpeedup, or the stage reached `max_pairs`; always False
+    with `analysis.sequential` off or before the first planned look (`sequential.FIRST_LOOK` pairs
+    or later). Guardrails are judged at the end on whatever ran.
     """
     if not analysis.sequential:
         return False

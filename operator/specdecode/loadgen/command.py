@@ -1,7 +1,8 @@
 """`specdecode loadgen`: the load Job's entry point (and a way to load any two endpoints by hand).
 
-Exit statuses (`specdecode.exit_status`): 0 the run completed (read `validity` in the summary before trusting it);
-2 invalid input (experiment file, dataset, URL); 3 could not measure (no request succeeded).
+Exit statuses (`specdecode.exit_status`): 0 the run completed (read `validity` in the summary
+before trusting it); 2 invalid input (experiment file, dataset, URL); 3 could not measure (no
+request succeeded).
 """
 
 from __future__ import annotations
