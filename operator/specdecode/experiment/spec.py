@@ -145,6 +145,10 @@ class EngineSpec(Model):
 
     image: str = Field(default="vllm/vllm-openai:v0.33.0", min_length=1)
     """Container image of vLLM (ignored with `simulator`, which runs from the operator's image)."""
+    vllm_version: str | None = Field(default=None, pattern=r"^v?\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$")
+    """vLLM release of the image (e.g. `0.20.0`): decides which flags and speculative-config keys are
+    rendered and accepted. Unset: read from the image tag where it is a release tag (`vllm/vllm-openai:v0.33.0`),
+    in `run --local` from `vllm --version`; when it cannot be known, the newest supported release's rules apply."""
     args: list[str] = Field(default_factory=list)
     """Extra `vllm serve` arguments for both arms. Flags the operator owns are refused."""
     env: list[EnvVar] = Field(default_factory=list)
