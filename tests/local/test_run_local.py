@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import yaml
 
 from specdecode import cli
 from tests.factories import experiment_document
+from tests.local.conftest import running, wait_for_measured
 
 
 def write_experiment(
@@ -136,24 +134,8 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
         sequential=False,
     )
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specdecode", "run", str(path), "--local", "--out", str(out), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        requests = out / "requests.jsonl"
-        while time.monotonic() < deadline:
-            measured = (
-                [line for line in requests.read_text().splitlines() if '"warmup":false' in line]
-                if (requests.exists())
-                else []
-            )
-            if len(measured) >= 10:
-                break
-            time.sleep(0.2)
+    with running(path, out) as process:
+        assert wait_for_measured(out, 10) >= 10
         arms = children_of(process.pid)
         assert len(arms) == 2, arms
         treatment = next(
@@ -164,9 +146,6 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
         )
         os.kill(treatment, signal.SIGKILL)
         _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 3, err
     status = result(out)
     assert status["phase"] == "Failed" and status["reason"] == "EngineCrashed"

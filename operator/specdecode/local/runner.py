@@ -5,9 +5,16 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
-Whatever happens, every process started here is stopped, and what was measured stays in DIR:
-a crash, an arm that answers only errors, or Ctrl-C writes `result.json` with phase Failed and the
-cause (exit 3; 130 on Ctrl-C).
+Whatever happens, every process started here is stopped (`engines.py`), and what was measured
+stays in DIR: a crash, an arm that answers only errors, Ctrl-C or SIGTERM writes `result.json` with
+phase Failed and the cause (exit 3; 130 on Ctrl-C or SIGTERM).
+
+One GPU (vLLM, fewer than two GPUs): control alone, stopped, then treatment alone, on the same
+prompts and schedule (same plan, same salt); each load writes `DIR/load-<arm>/`, and DIR gets the
+same files as the paired run: `requests.jsonl` (both arms), `windows.json` (one window per stage with
+each arm's own server metrics; each arm's own windows and clock anchor under `arms`). The treatment's
+sequential stopping sees the control's records of the stage. Pairs were not simultaneous: the status
+message says so and `status.validity.simultaneous` is false.
 """
 
 from __future__ import annotations
@@ -15,10 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -49,6 +60,10 @@ class Options:
     """live (rich), quiet (a line per stage) or json (JSON lines on stdout)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the runner: handled as Ctrl-C (the arms are stopped, the results so far kept)."""
+
+
 class ArmFailure(Exception):
     """An arm stopped serving during the run."""
 
@@ -76,14 +91,33 @@ def run(path: Path, options: Options) -> int:
     show = view.make_view(options.mode)
     run_ = _Run(experiment, options, show)
     try:
-        final = run_.execute()
-    except KeyboardInterrupt:
-        final = run_.failed("Interrupted", "interrupted by the user (Ctrl-C); the results so far are kept")
+        with _sigterm_interrupts():
+            final = run_.execute()
+    except KeyboardInterrupt as exc:
+        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
+        final = run_.failed("Interrupted", f"{how}; the results so far are kept")
         _finish(console, options, final, out)
         return exit_status.INTERRUPTED
     finally:
         show.stop()
     return _finish(console, options, final, out)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises `Terminated`, so that the arms are stopped as on Ctrl-C (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _finish(console: Console, options: Options, final: ExperimentStatus, out: Path) -> int:
@@ -108,6 +142,9 @@ class _Run:
         self.out = options.out
         self.records: list[records.RequestRecord] = []
         self.windows: list[records.StageWindow] = []
+        self.validity: dict[str, Any] | None = None
+        self.loads: dict[spec.Arm, runner.RunResult] = {}
+        """One GPU: each arm's own load (its windows and clock anchor)."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -132,7 +169,7 @@ class _Run:
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
             self._load_together(arms)
-        elif engines.engine_kind(self.spec) == "simulator" or engines.gpu_count() >= 2:
+        elif self._engine_kind(arms) == "simulator" or engines.gpu_count() >= 2:
             gpus = self._gpu_split()
             for arm in spec.Arm:
                 arms.start(arm, gpus=gpus.get(arm))
@@ -142,6 +179,15 @@ class _Run:
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
+
+    def _engine_kind(self, arms: engines.Engines) -> str:
+        """`simulator` or `vllm`; for vLLM, the release comes from `vllm --version` when the spec has none."""
+        kind = engines.engine_kind(self.spec)
+        if kind == "vllm":
+            self.spec, line = engines.with_local_version(self.spec)
+            arms.spec = self.spec
+            self.view.message(line)
+        return kind
 
     def _gpu_split(self) -> dict[spec.Arm, str]:
         if self.spec.engine.simulator is not None:
@@ -159,14 +205,31 @@ class _Run:
     def _load_one_after_the_other(self, arms: engines.Engines) -> None:
         """One GPU: each arm alone, on the same prompts and the same schedule (pairs are not simultaneous)."""
         self.view.message("one GPU: the arms run one after the other on the same prompts and schedule")
+        (self.out / "requests.jsonl").unlink(missing_ok=True)
         for arm in spec.Arm:
-            arms.start(arm, gpus="0")
-            arms.wait_healthy(self.spec.deadlines.deploy_seconds)
-            self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
-            self._load(arms, {arm.value: runner.Endpoint(arms.arms[arm].url)}, suffix=f"-{arm.value}")
-            arms.stop(arm)
+            started = arms.start(arm, gpus="0")
+            self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
+            arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
+            update: dict[str, Any] = {"phase": Phase.RUNNING}
+            if self.status.environment is None:
+                update["environment"] = self._environment(arms)
+            self.status = self.status.model_copy(update=update)
+            self.loads[arm] = self._load(
+                arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
+            )
+            left = arms.stop(arm)
+            if left:
+                raise engines.EngineError(
+                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
+                )
+        control, treatment = self.loads[spec.Arm.CONTROL], self.loads[spec.Arm.TREATMENT]
+        self.windows = _merged_windows(control.windows, treatment.windows)
+        self.validity = _merged_validity(control.summary.get("validity"), treatment.summary.get("validity"))
+        _write_windows(self.out, control.anchor, self.windows, self.loads)
 
-    def _load(self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = "") -> None:
+    def _load(
+        self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = ""
+    ) -> runner.RunResult:
         plan = plan_mod.plan_from_spec(
             self.spec,
             self.experiment.source.parent if self.experiment.source else Path.cwd(),
@@ -174,46 +237,66 @@ class _Run:
             salt=f"{self.spec.engine.seed}-local",
         )
         out = self.out if not suffix else self.out / f"load{suffix}"
+        # One GPU: the treatment's sequential looks pair it with the control measured before it.
+        earlier = [r for r in self.records if not r.warmup]
         self.view.start()
-        result = asyncio.run(self._watched(plan, endpoints, out, arms))
-        self.view.stop()
-        self.records.extend(_read_records(out))
+        try:
+            result = asyncio.run(self._watched(plan, endpoints, out, arms, self._stop_rule(earlier)))
+        finally:
+            self.view.stop()
+            # what was measured is kept, also when the load ended by a crash or Ctrl-C
+            self.records.extend(_read_records(out))
+            if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
+                with (self.out / "requests.jsonl").open("a") as sink:
+                    sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
         self.validity = result.summary.get("validity")
-        if suffix:  # keep one requests.jsonl in DIR, as in the paired case
-            with (self.out / "requests.jsonl").open("a") as sink:
-                sink.write((out / "requests.jsonl").read_text())
         self._check_errors_only(endpoints)
+        return result
 
     async def _watched(
-        self, plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path, arms: engines.Engines
+        self,
+        plan: plan_mod.Plan,
+        endpoints: dict[str, runner.Endpoint],
+        out: Path,
+        arms: engines.Engines,
+        stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
         """The load, cancelled as soon as an arm's process dies."""
-        load = asyncio.create_task(
-            runner.run(plan, endpoints, out, stop_rule=self._stop_rule(), progress=self.view)
-        )
-        while not load.done():
+        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=self.view))
+        # After the load too: a dead arm fails its last requests at once, so the load may end first.
+        settled: float | None = None
+        while settled is None or time.monotonic() < settled:
             crashed = arms.crashed()
             if crashed is not None:
                 load.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await load
-                self.records = _read_records(out)
                 raise ArmFailure(
                     "EngineCrashed",
                     f"the {crashed.arm.value} arm exited with status {crashed.exit_code()} during the load; "
                     f"its log ends with:\n{crashed.log_tail()}",
                 )
-            await asyncio.wait({load}, timeout=0.2)
+            if load.done():
+                settled = settled or time.monotonic() + 0.3
+                await asyncio.sleep(0.05)
+            else:
+                await asyncio.wait({load}, timeout=0.2)
         return load.result()
 
-    def _stop_rule(self) -> Callable[[str, Sequence[records.RequestRecord]], bool]:
-        """The load generator's sequential stopping, also feeding the live view's running speed-up."""
+    def _stop_rule(
+        self, earlier: Sequence[records.RequestRecord] = ()
+    ) -> Callable[[str, Sequence[records.RequestRecord]], bool]:
+        """The load generator's sequential stopping, also feeding the live view's running speed-up.
+
+        `earlier`: records of the other arm measured before this load (one GPU), joined by stage.
+        """
         sequential = plan_mod.stop_rule(self.spec)
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-            self.view.note_speedup(stage, list(recs))
-            return sequential is not None and sequential(stage, recs)
+            both = [*(r for r in earlier if r.stage == stage), *recs] if earlier else list(recs)
+            self.view.note_speedup(stage, both)
+            return sequential is not None and sequential(stage, both)
 
         return decided
 
@@ -232,28 +315,57 @@ class _Run:
         windows = self.windows
         if self.spec.prometheus is not None:
             windows = self._prometheus_windows()
-        analysis = verdict.analyse(self.spec, self.records, windows, validity=getattr(self, "validity", None))
+        analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
-        judged = judged.model_copy(
-            update={"completed_at": _now(), "validity": getattr(self, "validity", None)}
-        )
+        judged = judged.model_copy(update={"completed_at": _now(), "validity": self.validity})
+        if self.loads:
+            judged = self._one_after_the_other(judged)
         self.windows = windows
         self._write(judged)
         return judged
 
+    def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
+        """One GPU: each arm's throughput over its own stage window, and a message saying pairs were not simultaneous."""
+        own = {arm: {w.stage: w for w in load.windows} for arm, load in self.loads.items()}
+        stages = []
+        for stage in judged.stages:
+            pairs = verdict.Pairs.of(r for r in self.records if r.stage == stage.name)
+            mine = {spec.Arm.CONTROL: pairs.control, spec.Arm.TREATMENT: pairs.treatment}
+            summaries = {
+                arm.value: verdict.summarise_arm(list(mine[arm].values()), own[arm].get(stage.name))
+                for arm in spec.Arm
+            }
+            stages.append(stage.model_copy(update=summaries))
+        note = "one GPU: the arms ran one after the other on the same prompts and schedule, so pairs were not simultaneous"
+        message = f"{judged.message}; {note}" if judged.message else note
+        return judged.model_copy(update={"stages": stages, "message": message})
+
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
         settings = OperatorSettings.from_env()
-        anchor = _read_anchor(self.out)
-        try:
+        source = prometheus.PrometheusSource(self.spec.prometheus.url)
+
+        def query(
+            windows: list[records.StageWindow], anchor: records.RunAnchor, arms: Sequence[spec.Arm]
+        ) -> list[records.StageWindow]:
             return collect.with_prometheus(
-                prometheus.PrometheusSource(self.spec.prometheus.url),
-                self.windows,
+                source,
+                windows,
                 anchor,
                 namespace=self.experiment.namespace,
                 name=self.experiment.name,
                 settings=settings,
+                arms=arms,
             )
+
+        try:
+            if not self.loads:
+                return query(self.windows, _read_anchor(self.out), tuple(spec.Arm))
+            # One GPU: each arm over its own windows and clock, then one window per stage again.
+            control, treatment = (
+                query(self.loads[arm].windows, self.loads[arm].anchor, (arm,)) for arm in spec.Arm
+            )
+            return _merged_windows(control, treatment)
         except (prometheus.PrometheusUnavailable, prometheus.PrometheusNoData) as exc:
             raise ArmFailure("PrometheusUnavailable", f"spec.prometheus.url: {exc}") from None
 
@@ -301,6 +413,60 @@ class _Run:
             simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
             nodes=["localhost"],
         )
+
+
+def _merged_windows(
+    control: Sequence[records.StageWindow], treatment: Sequence[records.StageWindow]
+) -> list[records.StageWindow]:
+    """One GPU: one window per stage with each arm's own server metrics (times: the control's).
+
+    A stage the treatment ended early by sequential stopping is marked stopped early.
+    """
+    theirs = {w.stage: w for w in treatment}
+    merged = []
+    for mine in control:
+        other = theirs.get(mine.stage)
+        server = {k: v for k, v in mine.server.items() if k == spec.Arm.CONTROL.value}
+        if other is not None:
+            server.update({k: v for k, v in other.server.items() if k == spec.Arm.TREATMENT.value})
+        stopped = mine.stopped_early or (other is not None and other.stopped_early)
+        merged.append(mine.model_copy(update={"server": server, "stopped_early": stopped}))
+    return merged
+
+
+def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
+    """One GPU: valid when both loads were; each arm's block kept under `arms`; `simultaneous` false."""
+    blocks = {arm.value: block for arm, block in zip(spec.Arm, (control, treatment), strict=True)}
+    reasons = [
+        f"{arm}: {reason}"
+        for arm, block in blocks.items()
+        if isinstance(block, dict)
+        for reason in block.get("reasons") or []
+    ]
+    valid = all(bool(b.get("valid", True)) for b in blocks.values() if isinstance(b, dict))
+    return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
+
+
+def _write_windows(
+    out: Path,
+    anchor: records.RunAnchor,
+    windows: Sequence[records.StageWindow],
+    loads: dict[spec.Arm, runner.RunResult],
+) -> None:
+    """One GPU: DIR/windows.json as when paired (anchor, windows), plus each arm's own under `arms`."""
+    doc = {
+        "anchor": anchor.model_dump(),
+        "windows": [w.model_dump(mode="json") for w in windows],
+        "simultaneous": False,
+        "arms": {
+            arm.value: {
+                "anchor": load.anchor.model_dump(),
+                "windows": [w.model_dump(mode="json") for w in load.windows],
+            }
+            for arm, load in loads.items()
+        },
+    }
+    (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _read_records(directory: Path) -> list[records.RequestRecord]:
