@@ -55,7 +55,7 @@ def test_both_arms_get_the_fair_common_flags() -> None:
         "--host 0.0.0.0",
         "--port 8000",
         "--seed 42",
-        "--disable-prefix-caching",
+        "--no-enable-prefix-caching",
         "--generation-config vllm",
     ):
         assert flag in joined
@@ -64,7 +64,25 @@ def test_both_arms_get_the_fair_common_flags() -> None:
 
 def test_prefix_caching_follows_the_spec() -> None:
     argv = manifests.serve_args(experiment(engine={"prefixCaching": True}), spec.Arm.CONTROL)
-    assert "--enable-prefix-caching" in argv and "--disable-prefix-caching" not in argv
+    assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
+
+
+def test_the_command_line_is_spelled_for_the_arms_release() -> None:
+    """0.20 has neither --disable-prefix-caching nor per-request metrics; 0.29+ has the metrics."""
+    for image, per_request in (
+        ("vllm/vllm-openai:v0.20.0", False),
+        ("vllm/vllm-openai:v0.28.0", False),
+        ("vllm/vllm-openai:v0.29.0", True),
+        ("vllm/vllm-openai:v0.33.0", True),
+    ):
+        treatment = manifests.serve_args(experiment(engine={"image": image}), spec.Arm.TREATMENT)
+        assert "--no-enable-prefix-caching" in treatment and "--disable-prefix-caching" not in treatment
+        assert ("--per-request-spec-decode-metrics" in treatment) is per_request, image
+
+
+def test_the_spec_release_wins_over_the_image_tag() -> None:
+    s = experiment(engine={"image": "vllm/vllm-openai:v0.33.0", "vllmVersion": "0.20.0"})
+    assert "--per-request-spec-decode-metrics" not in manifests.serve_args(s, spec.Arm.TREATMENT)
 
 
 def test_speculative_config_renders_vllm_keys_and_extras() -> None:

@@ -1,8 +1,9 @@
 """The children of an experiment, as plain dicts from pure `build_*` functions.
 
 Invariants (tested):
-- the two arms' pod specs differ only in `--speculative-config '<json>'` and
-  `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+- the two arms' pod specs differ only in `--speculative-config '<json>'` and, on releases that have
+  it, `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+- the command line is what the arms' vLLM release accepts (`releases.py`);
 - every name derives deterministically from the experiment's name (`<exp>-control`, `<exp>-treatment`,
   `<exp>-load`, ...), so a restarted operator finds what it created (idempotence by name);
 - owner references are not set here: the controller adopts each child (`kopf.adopt`) before creating it.
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from specdecode.experiment import spec
+from specdecode.experiment import releases, spec
 
 PORT = 8000
 MANAGED_BY = "specdecode-operator"
@@ -115,9 +116,16 @@ def speculative_config_json(sp: spec.SpeculativeSpec) -> str:
     return json.dumps(speculative_config(sp), separators=(",", ":"))
 
 
-def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
-    """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags."""
+def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release | None = None) -> list[str]:
+    """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags.
+
+    Spelled for the arms' release (`release`, else `releases.resolve(s.engine)`): prefix caching as
+    `--enable-prefix-caching` / `--no-enable-prefix-caching`, which every supported release accepts
+    (0.33 prefers `--disable-prefix-caching`, which 0.20 lacks), and per-request acceptance metrics
+    only where the release has them.
+    """
     engine = s.engine
+    release = release or releases.resolve(engine)
     program = ["specdecode", "sim"] if engine.simulator is not None else ["vllm", "serve"]
     argv = [
         *program,
@@ -130,7 +138,7 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
         str(PORT),
         "--seed",
         str(engine.seed),
-        "--enable-prefix-caching" if engine.prefix_caching else "--disable-prefix-caching",
+        "--enable-prefix-caching" if engine.prefix_caching else "--no-enable-prefix-caching",
         "--generation-config",
         "vllm",
     ]
@@ -142,12 +150,9 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
         for key, value in engine.simulator.overrides().items():
             argv += ["--" + key.replace("_", "-"), str(value)]
     if arm is spec.Arm.TREATMENT:
-        argv += [
-            "--speculative-config",
-            speculative_config_json(s.speculative),
-            "--per-request-spec-decode-metrics",
-            "summary",
-        ]
+        argv += ["--speculative-config", speculative_config_json(s.speculative)]
+        if release.per_request_spec_metrics:
+            argv += ["--per-request-spec-decode-metrics", "summary"]
     return argv
 
 

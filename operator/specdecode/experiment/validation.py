@@ -3,8 +3,9 @@
 Two layers, both pure:
 1. The typed models (`spec.py`) check types, enums and ranges; their errors are translated here into
    one line per problem with the camelCase field path (`spec.speculative.promptLookupMin: ...`).
-2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM 0.33's
-   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8), the flags the operator owns,
+2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM's
+   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8) as the arms' release has them
+   (`releases.py`: keys, methods and values that came or went between 0.20 and 0.33), the flags the operator owns,
    cross-references between stages and `requireStages`, and names that must stay DNS labels.
 
 Each top-level section is parsed on its own as well, so a type error in `workload` does not hide a
@@ -23,10 +24,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specdecode.experiment import simprofiles, spec
+from specdecode.experiment import releases, simprofiles, spec
 
-# vLLM 0.33 SpeculativeConfig fields a user may set through `speculative.extra` (reference §1.2),
-# minus the ones that have a typed field of their own here and the engine-internal ones.
+# SpeculativeConfig fields a user may set through `speculative.extra` in some supported release
+# (reference §1.2; which release has which: `releases.py`), minus the ones that have a typed field
+# of their own here and the engine-internal ones.
 SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
     {
         "enforce_eager",
@@ -61,6 +63,7 @@ SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
         "enable_adaptive_verification",
         "dspark_draft_topk",
         "xpress_topc",
+        "speculative_token_tree",
     }
 )
 
@@ -227,9 +230,11 @@ def check_spec(raw: Any) -> list[Problem]:
 
 def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
     """The rules beyond types and ranges, on a fully parsed spec."""
+    release = releases.resolve(s.engine)
     return [
         *check_engine(s.engine),
-        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args)),
+        *check_release(s.engine),
+        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args), release=release),
         *check_workload(s.workload),
         *check_analysis(s.analysis, s.workload),
         *check_gpus(s.engine),
@@ -244,10 +249,11 @@ def _semantic_on_sections(raw: Mapping[str, Any]) -> list[Problem]:
     analysis = _parse_section(spec.AnalysisSpec, raw.get("analysis", {}))
     problems: list[Problem] = []
     if engine is not None:
-        problems += check_engine(engine) + check_gpus(engine)
+        problems += check_engine(engine) + check_release(engine) + check_gpus(engine)
     if speculative is not None:
         tp = target_tensor_parallel(engine.args) if engine is not None else None
-        problems += check_speculative(speculative, target_tp=tp)
+        release = releases.resolve(engine) if engine is not None else None
+        problems += check_speculative(speculative, target_tp=tp, release=release)
     if workload is not None:
         problems += check_workload(workload)
         if analysis is not None:
@@ -305,16 +311,29 @@ def _overlaps(path: str, reported: set[str]) -> bool:
 # ------------------------------------------------------------------------------------- the rules
 
 
-def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> list[Problem]:
-    """vLLM 0.33's SpeculativeConfig rules that can be checked without the models' HF configs."""
+def check_speculative(
+    sp: spec.SpeculativeSpec, *, target_tp: int | None, release: releases.Release | None = None
+) -> list[Problem]:
+    """The release's SpeculativeConfig rules that can be checked without the models' HF configs.
+
+    `release` defaults to the newest supported one."""
     path = "spec.speculative"
+    release = release or releases.Release(releases.NEWEST, releases.Source.ASSUMED)
     problems: list[Problem] = []
     method = sp.method
-    if method.is_deprecated_mtp_alias:
+    if not release.has_method(method):
         problems.append(
             Problem(
                 f"{path}.method",
-                f"{method.value!r} is deprecated in vLLM 0.33 and replaced by 'mtp'; write method: mtp",
+                f"{method.value!r} does not exist in {release.short} (the arms' release, "
+                f"{release.describe()}); it needs vLLM >= {release.method_since(method)}",
+            )
+        )
+    elif method.is_deprecated_mtp_alias:
+        problems.append(
+            Problem(
+                f"{path}.method",
+                f"{method.value!r} is deprecated in vLLM and replaced by 'mtp'; write method: mtp",
             )
         )
     if sp.num_speculative_tokens is None and not method.k_has_default:
@@ -373,11 +392,11 @@ def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> lis
                     f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}",
                 )
             )
-    problems.extend(_check_extra(sp))
+    problems.extend(_check_extra(sp, release))
     return problems
 
 
-def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
+def _check_extra(sp: spec.SpeculativeSpec, release: releases.Release) -> list[Problem]:
     path = "spec.speculative.extra"
     problems: list[Problem] = []
     k = sp.num_speculative_tokens
@@ -393,22 +412,35 @@ def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
             problems.append(
                 Problem(
                     f"{path}.{key}",
-                    "is not a vLLM 0.33 SpeculativeConfig field"
+                    "is not a vLLM SpeculativeConfig field"
                     + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS),
+                )
+            )
+        elif not release.has_key(normalized):
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    f"does not exist in {release.short} (the arms' release, {release.describe()}); "
+                    f"it needs {release.key_range(normalized)}: remove it or set spec.engine.vllmVersion "
+                    "/ the image to a release that has it",
                 )
             )
     extra = {key.replace("-", "_"): value for key, value in sp.extra.items()}
     method = sp.method.value
-    rejection = extra.get("rejection_sample_method", "standard")
-    if rejection not in ("standard", "synthetic", "block", "fly"):
+    allowed = release.rejection_methods
+    rejection = extra.get("rejection_sample_method", allowed[0])
+    if rejection not in allowed:
         problems.append(
             Problem(
                 f"{path}.rejection_sample_method",
-                "must be one of standard, synthetic, block, fly (standard is lossless)",
+                f"must be one of {', '.join(allowed)} in {release.short} ({allowed[0]} is lossless)",
             )
         )
-    if extra.get("draft_sample_method", "greedy") not in ("greedy", "probabilistic"):
-        problems.append(Problem(f"{path}.draft_sample_method", "must be greedy or probabilistic"))
+    samplers = release.draft_sample_methods
+    if samplers and extra.get("draft_sample_method", samplers[0]) not in samplers:
+        problems.append(
+            Problem(f"{path}.draft_sample_method", f"must be {' or '.join(samplers)} in {release.short}")
+        )
     rates, length = extra.get("synthetic_acceptance_rates"), extra.get("synthetic_acceptance_length")
     if rejection == "synthetic":
         if (rates is None) == (length is None):
@@ -543,6 +575,29 @@ def check_engine(engine: spec.EngineSpec) -> list[Problem]:
             )
         )
     return problems
+
+
+def check_release(engine: spec.EngineSpec) -> list[Problem]:
+    """The arms' vLLM release must be one this project renders and validates for."""
+    release = releases.resolve(engine)
+    if engine.vllm_version is not None and releases.parse(engine.vllm_version) is None:
+        return [
+            Problem(
+                "spec.engine.vllmVersion", f"{engine.vllm_version!r} is not a vLLM release such as 0.20.0"
+            )
+        ]
+    if release.version >= releases.OLDEST or engine.simulator is not None:
+        return []  # a newer release than the newest supported gets the newest rules (status says so)
+    where = "spec.engine.vllmVersion" if release.source is releases.Source.SPEC else "spec.engine.image"
+    return [
+        Problem(
+            where,
+            f"vLLM {releases.fmt(release.version)} ({release.source.value}) is older than the oldest supported "
+            f"release {releases.fmt(releases.OLDEST)} (supported: {releases.fmt(releases.OLDEST)} to "
+            f"{releases.fmt(releases.NEWEST)}); use a newer image, or set spec.engine.vllmVersion to the "
+            "release whose rules apply",
+        )
+    ]
 
 
 def check_gpus(engine: spec.EngineSpec) -> list[Problem]:
