@@ -575,7 +575,7 @@ class ExperimentSpec(Model):
     """`spec` of a SpecDecodeExperiment."""
 
     model: str = Field(min_length=1)
-    """Target model: a Hugging Face id or a path inside the image or a volume."""
+    """Target model: a Hugging Face id, or a path inside the image or under `/models` (`engine.modelCache`)."""
     model_revision: str = ""
     """Target model revision (recorded in status)."""
     served_model_name: str = ""
