@@ -197,10 +197,11 @@ class EngineSpec(Model):
     only: `run --local` uses this machine's own cache."""
     hf_token_secret: SecretKeyRef | None = None
     """A Secret key holding a Hugging Face access token, for gated or private models: given to both arms
-    as `HF_TOKEN` (never on the command line)."""
+    as `HF_TOKEN` (never on the command line). `run --local` uses this machine's own token."""
     offline: bool = False
     """Air-gapped: both arms get `HF_HUB_OFFLINE=1` and `TRANSFORMERS_OFFLINE=1` and load only what
-    `modelCache` holds (target and draft), never contacting the Hub. Needs `modelCache`."""
+    `modelCache` holds (target and draft), never contacting the Hub. Needs `modelCache`. Cluster arms
+    only: `run --local` runs with this machine's own environment."""
     simulator: SimulatorSpec | None = None
     """Set to run the built-in vLLM simulator instead of vLLM (dry run, CI, demo)."""
 
