@@ -104,6 +104,36 @@ def kwok_stages_without(stages_yaml: str, nodes: list[str]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
+def host_path_claim(pv_name: str, claim: str, namespace: str, path: Path) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume at ``path`` and a claim that the PV binder binds to it (by name)."""
+    storage = {"storage": "1Gi"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": storage,
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(path), "type": "Directory"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv_name,
+                "resources": {"requests": storage},
+            },
+        },
+    ]
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

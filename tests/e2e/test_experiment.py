@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fake_gpu_nodes import AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
 from k8s_cluster import Cluster, wait_for
-from node_agent import NodeAgent
+from node_agent import NodeAgent, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
@@ -193,32 +193,9 @@ def model_cache(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Pa
     host = tmp_path / "volume"
     host.mkdir()
     pv_name = f"{namespace}-hf-models"
-    storage = {"storage": "1Gi"}
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": storage,
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(host), "type": "Directory"},
-        },
-    }
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "hf-models", "namespace": namespace},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": {"requests": storage},
-        },
-    }
+    items = host_path_claim(pv_name, "hf-models", namespace, host)
     cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]})
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     )
     try:
         wait_for(
