@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -240,11 +241,21 @@ def test_both_arms_see_the_same_model_cache(
 ) -> None:
     """Each arm's engine process, in its own mount namespace, sees the claim's volume at /models as
     HF_HOME: a file put into the volume beforehand, and (read-write) a file written by one arm and
-    read by the other. `/proc/PID/root` is the process's own view of the file system."""
+    read by the other. `/proc/PID/root` is the process's own view of the file system. The Hub token
+    reaches both arms' environment from its Secret, never their command line."""
     name = "cached"
+    token = secrets.token_hex(8)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token"},
+        "stringData": {"t": token},
+    }
+    operator.apply(secret)
     doc = experiment(name, "h200-8b-draft-tiny")
     doc["spec"]["engine"]["modelCache"] = {"claimName": "hf-models", "subPath": "hf", "readOnly": read_only}
     doc["spec"]["engine"]["offline"] = read_only
+    doc["spec"]["engine"]["hfTokenSecret"] = {"name": "hf-token", "key": "t"}
     snapshot = Path("hub/models--sim--llama-8b/snapshots/0")  # where `hf download` would put it
     (model_cache / "hf" / snapshot).mkdir(parents=True)
     (model_cache / "hf" / snapshot / "config.json").write_text('{"from": "the volume"}')
@@ -256,6 +267,8 @@ def test_both_arms_see_the_same_model_cache(
     for arm, pid in pids.items():
         env = environ(pid)
         assert (env["HF_HOME"], env["HF_HUB_CACHE"]) == ("/models", "/models/hub"), arm
+        assert env["HF_TOKEN"] == token, arm
+        assert token not in Path(f"/proc/{pid}/cmdline").read_text(), arm
         assert (env.get("HF_HUB_OFFLINE"), env.get("TRANSFORMERS_OFFLINE")) == (
             ("1", "1") if read_only else (None, None)
         ), arm
