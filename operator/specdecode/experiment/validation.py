@@ -517,7 +517,7 @@ def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
 
 
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
-    """Flags in `engine.args` that the operator owns, and simulator settings."""
+    """Flags in `engine.args` that the operator owns, simulator settings, and where weights come from."""
     problems: list[Problem] = []
     for i, arg in enumerate(engine.args):
         flag = owned_flag(arg)
