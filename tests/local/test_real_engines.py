@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from specdecode import cli
-from specdecode.experiment import spec
+from specdecode.experiment import releases, spec
 from specdecode.local import engines
 from tests.factories import experiment_document
 from tests.local.conftest import FakeEngines, alive_after, running, wait_for_measured
@@ -197,20 +197,20 @@ def test_ctrl_c_or_sigterm_to_the_runner_stops_every_process_of_both_arms(
 
 def test_the_release_comes_from_vllm_version_when_the_spec_has_none(fake_engines: FakeEngines) -> None:
     fake_engines.set("FAKE_VLLM_VERSION", "0.20.0")
-    s = spec.ExperimentSpec.model_validate(experiment_document()["spec"])
-    resolved, line = engines.with_local_version(s)
-    assert resolved.engine.vllm_version == "0.20.0"
-    assert "0.20.0" in line and "vllm --version" in line
-    pinned = s.model_copy(update={"engine": s.engine.model_copy(update={"vllm_version": "0.33.0"})})
-    assert engines.with_local_version(pinned)[0].engine.vllm_version == "0.33.0"
+    assert engines.local_vllm_version() == "0.20.0"
+    engine = spec.ExperimentSpec.model_validate(experiment_document()["spec"]).engine
+    assert releases.resolve(engine, local=engines.local_vllm_version()).known
+    pinned = engine.model_copy(update={"vllm_version": "0.33.0"})
+    assert releases.fmt(releases.resolve(pinned, local=engines.local_vllm_version()).version) == "0.33.0"
 
 
 def test_an_unreadable_vllm_version_leaves_the_newest_rules_and_says_so(fake_engines: FakeEngines) -> None:
     (fake_engines.bin / "vllm").write_text("#!/bin/sh\necho 'INFO no version here'\n")
-    s = spec.ExperimentSpec.model_validate(experiment_document()["spec"])
-    resolved, line = engines.with_local_version(s)
-    assert resolved.engine.vllm_version is None
-    assert "newest supported release" in line
+    document = experiment_document(engine={"image": "registry.example/vllm:latest"})  # no release in the tag
+    engine = spec.ExperimentSpec.model_validate(document["spec"]).engine
+    release = releases.resolve(engine, local=engines.local_vllm_version())
+    assert not release.known
+    assert "newest supported" in release.describe()
 
 
 def test_the_fake_vllm_0_20_refuses_what_0_20_refuses(fake_engines: FakeEngines) -> None:
@@ -232,7 +232,9 @@ def test_run_local_on_vllm_0_20_renders_a_command_line_0_20_accepts(
     fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
     out = tmp_path / "out"
     assert run(write_experiment(tmp_path, requests=20), out) == 0, result(out).get("message")
-    assert result(out)["phase"] == "Completed"
+    status = result(out)
+    assert status["phase"] == "Completed"
+    assert status["environment"]["vllmRules"].startswith("0.20.0")
     treatment = next(s["argv"] for s in fake_engines.serves() if s["arm"] == "treatment")
     assert "--disable-prefix-caching" not in treatment
     assert "--per-request-spec-decode-metrics" not in treatment

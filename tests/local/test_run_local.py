@@ -68,6 +68,21 @@ def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     assert arms == {"control", "treatment"}
 
 
+def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counters(tmp_path: Path) -> None:
+    """vLLM 0.20 has no --per-request-spec-decode-metrics: not rendered, and the counters measure acceptance."""
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=40)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["engine"]["vllmVersion"] = "0.20.0"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert status["environment"]["vllmRules"] == "0.20.0 (spec.engine.vllmVersion)"
+    acceptance = status["stages"][0]["acceptance"]
+    assert acceptance["source"] == "prometheus" and "perRequest" not in acceptance["sources"]
+    assert 0.4 < acceptance["rate"] < 0.8
+
+
 def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-1b"})
     out = tmp_path / "out"

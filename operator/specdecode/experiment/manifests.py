@@ -1,8 +1,9 @@
 """The children of an experiment, as plain dicts from pure `build_*` functions.
 
 Invariants (tested):
-- the two arms' pod specs differ only in `--speculative-config '<json>'` and
-  `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+- the two arms' pod specs differ only in `--speculative-config '<json>'` and, on releases that have
+  it, `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+- the command line is what the arms' vLLM release accepts (`releases.py`);
 - every name derives deterministically from the experiment's name (`<exp>-control`, `<exp>-treatment`,
   `<exp>-load`, ...), so a restarted operator finds what it created (idempotence by name);
 - owner references are not set here: the controller adopts each child (`kopf.adopt`) before creating it.
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from specdecode.experiment import spec
+from specdecode.experiment import releases, spec
 
 PORT = 8000
 MANAGED_BY = "specdecode-operator"
@@ -28,6 +29,7 @@ EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
 DATASET_MOUNT = "/etc/specdecode/dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
+MODEL_CACHE_VOLUME = "model-cache"
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,16 @@ def speculative_config_json(sp: spec.SpeculativeSpec) -> str:
     return json.dumps(speculative_config(sp), separators=(",", ":"))
 
 
-def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
-    """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags."""
+def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release | None = None) -> list[str]:
+    """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags.
+
+    Spelled for the arms' release (`release`, else `releases.resolve(s.engine)`): prefix caching as
+    `--enable-prefix-caching` / `--no-enable-prefix-caching`, which every supported release accepts
+    (0.33 prefers `--disable-prefix-caching`, which 0.20 lacks), and per-request acceptance metrics
+    only where the release has them.
+    """
     engine = s.engine
+    release = release or releases.resolve(engine)
     program = ["specdecode", "sim"] if engine.simulator is not None else ["vllm", "serve"]
     argv = [
         *program,
@@ -130,7 +139,7 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
         str(PORT),
         "--seed",
         str(engine.seed),
-        "--enable-prefix-caching" if engine.prefix_caching else "--disable-prefix-caching",
+        "--enable-prefix-caching" if engine.prefix_caching else "--no-enable-prefix-caching",
         "--generation-config",
         "vllm",
     ]
@@ -142,12 +151,9 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm) -> list[str]:
         for key, value in engine.simulator.overrides().items():
             argv += ["--" + key.replace("_", "-"), str(value)]
     if arm is spec.Arm.TREATMENT:
-        argv += [
-            "--speculative-config",
-            speculative_config_json(s.speculative),
-            "--per-request-spec-decode-metrics",
-            "summary",
-        ]
+        argv += ["--speculative-config", speculative_config_json(s.speculative)]
+        if release.per_request_spec_metrics:
+            argv += ["--per-request-spec-decode-metrics", "summary"]
     return argv
 
 
@@ -171,6 +177,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
                 },
             }
         )
+    env += model_source_env(engine)
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     # Model download and loading can take most of the deploy deadline; the startup probe waits for it.
     startup_failures = max(30, int(s.deadlines.deploy_seconds // 10))
@@ -189,10 +196,27 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "securityContext": _container_security(non_root=simulated),
     }
     volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if not simulated:
         # vLLM's workers share tensors through /dev/shm; the default 64 MiB breaks tensor parallelism.
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if engine.model_cache is not None:
+        # Simulator arms mount it too (they load no weights): the same pod shape, and a missing
+        # claim shows in a dry run before any GPU is spent.
+        cache = engine.model_cache
+        mount: dict[str, Any] = {"name": MODEL_CACHE_VOLUME, "mountPath": spec.MODEL_CACHE_MOUNT}
+        if cache.sub_path:
+            mount["subPath"] = cache.sub_path
+        if cache.read_only:
+            mount["readOnly"] = True
+        mounts.append(mount)
+        claim: dict[str, Any] = {"claimName": cache.claim_name}
+        if cache.read_only:
+            claim["readOnly"] = True
+        volumes.append({"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": claim})
+    if mounts:
+        container["volumeMounts"] = mounts
     pod_labels = labels(name, arm=arm, component="engine")
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -228,6 +252,28 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
             },
         },
     }
+
+
+def model_source_env(engine: spec.EngineSpec) -> list[dict[str, Any]]:
+    """Where both arms find weights: the Hugging Face cache, the Hub token, offline mode.
+
+    `HF_HOME` rather than vLLM's `--download-dir`: the latter moves only the weights (config and
+    tokenizer still go to the default cache) and puts vLLM's download lock file into that directory,
+    which fails on a read-only volume. `HF_HUB_CACHE` is set as well because an image's own
+    `HF_HUB_CACHE` would otherwise win over `HF_HOME`.
+    """
+    env: list[dict[str, Any]] = []
+    if engine.model_cache is not None:
+        env += [
+            {"name": "HF_HOME", "value": spec.MODEL_CACHE_MOUNT},
+            {"name": "HF_HUB_CACHE", "value": f"{spec.MODEL_CACHE_MOUNT}/hub"},
+        ]
+    if engine.hf_token_secret is not None:
+        ref = engine.hf_token_secret
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if engine.offline:
+        env += [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "TRANSFORMERS_OFFLINE", "value": "1"}]
+    return env
 
 
 def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import spec, status
+from specdecode.experiment import releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
@@ -474,6 +474,7 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
         model_revision=s.model_revision or None,
         draft_model=s.speculative.model or s.speculative.method.value,
         simulator=simulator,
+        vllm_rules=releases.resolve(s.engine).describe(),
     )
 
 

@@ -103,6 +103,32 @@ class SecretKeyRef(Model):
     """Key within the Secret."""
 
 
+#: where both arms mount `engine.modelCache`; also their HF_HOME, so `spec.model` may be a path under it
+MODEL_CACHE_MOUNT = "/models"
+
+#: a DNS-1123 subdomain, which PersistentVolumeClaim names must be
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class ModelCache(Model):
+    """An existing PersistentVolumeClaim that both arms mount as their Hugging Face cache.
+
+    Mounted at `/models` in both arms, with `HF_HOME=/models` (so Hub downloads live in
+    `/models/hub`): the weights are downloaded once, or never when the volume is pre-populated, and
+    both arms read the same files. A directory on the volume that holds a model (e.g. one written by
+    `hf download ORG/NAME --local-dir`) is named by its path: `spec.model: /models/NAME`.
+    """
+
+    claim_name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": DNS_SUBDOMAIN})
+    """Name of the PersistentVolumeClaim, in the experiment's namespace (the operator does not create it).
+    Both arms mount it at once: on different nodes that needs a ReadOnlyMany or ReadWriteMany volume."""
+    sub_path: str = ""
+    """A directory inside the volume to use instead of its root (a relative path, no `..`)."""
+    read_only: bool = False
+    """Mount the volume read-only: the cache must already hold every model the arms load, so this
+    needs `engine.offline: true` (an online Hugging Face client writes lock files even for cached models)."""
+
+
 class SimulatorSpec(Model):
     """Run the built-in vLLM simulator instead of vLLM (dry runs, CI, the demo).
 
@@ -165,6 +191,17 @@ class EngineSpec(Model):
     """Engine seed (`--seed`), the same in both arms."""
     api_key_secret: SecretKeyRef | None = None
     """A Secret holding the API key both arms require (`--api-key`); the load Job sends it."""
+    model_cache: ModelCache | None = None
+    """A PersistentVolumeClaim both arms mount at `/models` as their Hugging Face cache (`HF_HOME`), so a
+    model is downloaded at most once; `spec.model` may also be a directory under `/models`. Cluster arms
+    only: `run --local` uses this machine's own cache."""
+    hf_token_secret: SecretKeyRef | None = None
+    """A Secret key holding a Hugging Face access token, for gated or private models: given to both arms
+    as `HF_TOKEN` (never on the command line). `run --local` uses this machine's own token."""
+    offline: bool = False
+    """Air-gapped: both arms get `HF_HUB_OFFLINE=1` and `TRANSFORMERS_OFFLINE=1` and load only what
+    `modelCache` holds (target and draft), never contacting the Hub. Needs `modelCache`. Cluster arms
+    only: `run --local` runs with this machine's own environment."""
     simulator: SimulatorSpec | None = None
     """Set to run the built-in vLLM simulator instead of vLLM (dry run, CI, demo)."""
 
@@ -539,7 +576,7 @@ class ExperimentSpec(Model):
     """`spec` of a SpecDecodeExperiment."""
 
     model: str = Field(min_length=1)
-    """Target model: a Hugging Face id or a path inside the image or a volume."""
+    """Target model: a Hugging Face id, or a path inside the image or under `/models` (`engine.modelCache`)."""
     model_revision: str = ""
     """Target model revision (recorded in status)."""
     served_model_name: str = ""

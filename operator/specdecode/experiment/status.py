@@ -136,6 +136,10 @@ class Environment(StatusModel):
     """Nodes the arms ran on."""
     vllm_version: str | None = None
     """`/version` of the engine."""
+    vllm_rules: str | None = None
+    """The vLLM release whose flags and speculative-config rules the arms were rendered and validated
+    with, and where it came from: `0.20.0 (image tag)`, `(spec.engine.vllmVersion)`, `(vllm --version)`,
+    or `(assumed: ...)` when it could not be known and the newest supported release's rules applied."""
     model_revision: str | None = None
     """Target model revision."""
     draft_model: str | None = None

@@ -3,8 +3,9 @@
 Two layers, both pure:
 1. The typed models (`spec.py`) check types, enums and ranges; their errors are translated here into
    one line per problem with the camelCase field path (`spec.speculative.promptLookupMin: ...`).
-2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM 0.33's
-   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8), the flags the operator owns,
+2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM's
+   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8) as the arms' release has them
+   (`releases.py`: keys, methods and values that came or went between 0.20 and 0.33), the flags the operator owns,
    cross-references between stages and `requireStages`, and names that must stay DNS labels.
 
 Each top-level section is parsed on its own as well, so a type error in `workload` does not hide a
@@ -23,10 +24,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specdecode.experiment import simprofiles, spec
+from specdecode.experiment import releases, simprofiles, spec
 
-# vLLM 0.33 SpeculativeConfig fields a user may set through `speculative.extra` (reference §1.2),
-# minus the ones that have a typed field of their own here and the engine-internal ones.
+# SpeculativeConfig fields a user may set through `speculative.extra` in some supported release
+# (reference §1.2; which release has which: `releases.py`), minus the ones that have a typed field
+# of their own here and the engine-internal ones.
 SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
     {
         "enforce_eager",
@@ -61,6 +63,7 @@ SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
         "enable_adaptive_verification",
         "dspark_draft_topk",
         "xpress_topc",
+        "speculative_token_tree",
     }
 )
 
@@ -227,9 +230,11 @@ def check_spec(raw: Any) -> list[Problem]:
 
 def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
     """The rules beyond types and ranges, on a fully parsed spec."""
+    release = releases.resolve(s.engine)
     return [
         *check_engine(s.engine),
-        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args)),
+        *check_release(s.engine),
+        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args), release=release),
         *check_workload(s.workload),
         *check_analysis(s.analysis, s.workload),
         *check_gpus(s.engine),
@@ -244,10 +249,11 @@ def _semantic_on_sections(raw: Mapping[str, Any]) -> list[Problem]:
     analysis = _parse_section(spec.AnalysisSpec, raw.get("analysis", {}))
     problems: list[Problem] = []
     if engine is not None:
-        problems += check_engine(engine) + check_gpus(engine)
+        problems += check_engine(engine) + check_release(engine) + check_gpus(engine)
     if speculative is not None:
         tp = target_tensor_parallel(engine.args) if engine is not None else None
-        problems += check_speculative(speculative, target_tp=tp)
+        release = releases.resolve(engine) if engine is not None else None
+        problems += check_speculative(speculative, target_tp=tp, release=release)
     if workload is not None:
         problems += check_workload(workload)
         if analysis is not None:
@@ -305,16 +311,29 @@ def _overlaps(path: str, reported: set[str]) -> bool:
 # ------------------------------------------------------------------------------------- the rules
 
 
-def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> list[Problem]:
-    """vLLM 0.33's SpeculativeConfig rules that can be checked without the models' HF configs."""
+def check_speculative(
+    sp: spec.SpeculativeSpec, *, target_tp: int | None, release: releases.Release | None = None
+) -> list[Problem]:
+    """The release's SpeculativeConfig rules that can be checked without the models' HF configs.
+
+    `release` defaults to the newest supported one."""
     path = "spec.speculative"
+    release = release or releases.Release(releases.NEWEST, releases.Source.ASSUMED)
     problems: list[Problem] = []
     method = sp.method
-    if method.is_deprecated_mtp_alias:
+    if not release.has_method(method):
         problems.append(
             Problem(
                 f"{path}.method",
-                f"{method.value!r} is deprecated in vLLM 0.33 and replaced by 'mtp'; write method: mtp",
+                f"{method.value!r} does not exist in {release.short} (the arms' release, "
+                f"{release.describe()}); it needs vLLM >= {release.method_since(method)}",
+            )
+        )
+    elif method.is_deprecated_mtp_alias:
+        problems.append(
+            Problem(
+                f"{path}.method",
+                f"{method.value!r} is deprecated in vLLM and replaced by 'mtp'; write method: mtp",
             )
         )
     if sp.num_speculative_tokens is None and not method.k_has_default:
@@ -373,11 +392,11 @@ def check_speculative(sp: spec.SpeculativeSpec, *, target_tp: int | None) -> lis
                     f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}",
                 )
             )
-    problems.extend(_check_extra(sp))
+    problems.extend(_check_extra(sp, release))
     return problems
 
 
-def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
+def _check_extra(sp: spec.SpeculativeSpec, release: releases.Release) -> list[Problem]:
     path = "spec.speculative.extra"
     problems: list[Problem] = []
     k = sp.num_speculative_tokens
@@ -393,22 +412,35 @@ def _check_extra(sp: spec.SpeculativeSpec) -> list[Problem]:
             problems.append(
                 Problem(
                     f"{path}.{key}",
-                    "is not a vLLM 0.33 SpeculativeConfig field"
+                    "is not a vLLM SpeculativeConfig field"
                     + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS),
+                )
+            )
+        elif not release.has_key(normalized):
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    f"does not exist in {release.short} (the arms' release, {release.describe()}); "
+                    f"it needs {release.key_range(normalized)}: remove it or set spec.engine.vllmVersion "
+                    "/ the image to a release that has it",
                 )
             )
     extra = {key.replace("-", "_"): value for key, value in sp.extra.items()}
     method = sp.method.value
-    rejection = extra.get("rejection_sample_method", "standard")
-    if rejection not in ("standard", "synthetic", "block", "fly"):
+    allowed = release.rejection_methods
+    rejection = extra.get("rejection_sample_method", allowed[0])
+    if rejection not in allowed:
         problems.append(
             Problem(
                 f"{path}.rejection_sample_method",
-                "must be one of standard, synthetic, block, fly (standard is lossless)",
+                f"must be one of {', '.join(allowed)} in {release.short} ({allowed[0]} is lossless)",
             )
         )
-    if extra.get("draft_sample_method", "greedy") not in ("greedy", "probabilistic"):
-        problems.append(Problem(f"{path}.draft_sample_method", "must be greedy or probabilistic"))
+    samplers = release.draft_sample_methods
+    if samplers and extra.get("draft_sample_method", samplers[0]) not in samplers:
+        problems.append(
+            Problem(f"{path}.draft_sample_method", f"must be {' or '.join(samplers)} in {release.short}")
+        )
     rates, length = extra.get("synthetic_acceptance_rates"), extra.get("synthetic_acceptance_length")
     if rejection == "synthetic":
         if (rates is None) == (length is None):
@@ -517,7 +549,7 @@ def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
 
 
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
-    """Flags in `engine.args` that the operator owns, and simulator settings."""
+    """Flags in `engine.args` that the operator owns, simulator settings, and where weights come from."""
     problems: list[Problem] = []
     for i, arg in enumerate(engine.args):
         flag = owned_flag(arg)
@@ -542,7 +574,103 @@ def check_engine(engine: spec.EngineSpec) -> list[Problem]:
                 f"known: {', '.join(sorted(simprofiles.PROFILES))}",
             )
         )
+    problems.extend(check_model_source(engine))
     return problems
+
+
+def model_source_env_names(engine: spec.EngineSpec) -> dict[str, str]:
+    """The environment variables the operator sets on the arms (`manifests.model_source_env`), each
+    with the field it comes from."""
+    fields = {
+        "spec.engine.modelCache": ("HF_HOME", "HF_HUB_CACHE") if engine.model_cache is not None else (),
+        "spec.engine.hfTokenSecret": ("HF_TOKEN",) if engine.hf_token_secret is not None else (),
+        "spec.engine.offline": ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if engine.offline else (),
+    }
+    return {name: field for field, names in fields.items() for name in names}
+
+
+def check_model_source(engine: spec.EngineSpec) -> list[Problem]:
+    """Where the arms get their weights: the cache claim, offline mode, and what would contradict them."""
+    path = "spec.engine.modelCache"
+    problems: list[Problem] = []
+    cache = engine.model_cache
+    if cache is not None:
+        if not re.fullmatch(spec.DNS_SUBDOMAIN, cache.claim_name):
+            problems.append(
+                Problem(
+                    f"{path}.claimName",
+                    f"{cache.claim_name!r} is not a PersistentVolumeClaim name: use lower-case letters, "
+                    "digits, '-' and '.', starting and ending with a letter or digit (a DNS-1123 subdomain)",
+                )
+            )
+        parts = cache.sub_path.split("/")
+        if cache.sub_path.startswith("/") or ".." in parts:
+            problems.append(
+                Problem(
+                    f"{path}.subPath",
+                    f"{cache.sub_path!r} must be a relative path inside the volume without '..', e.g. hf",
+                )
+            )
+        if cache.read_only and not engine.offline:
+            problems.append(
+                Problem(
+                    f"{path}.readOnly",
+                    "a read-only cache needs spec.engine.offline: true (an online Hugging Face client "
+                    "writes lock files into the cache even for cached models, and could not download "
+                    "a missing one); set offline: true, or readOnly: false",
+                )
+            )
+        for i, arg in enumerate(engine.args):
+            if arg.split("=", 1)[0].replace("_", "-") == "--download-dir":
+                problems.append(
+                    Problem(
+                        f"spec.engine.args[{i}]",
+                        "--download-dir would put the weights outside spec.engine.modelCache, which the "
+                        f"arms use as HF_HOME ({spec.MODEL_CACHE_MOUNT}); remove it",
+                    )
+                )
+    elif engine.offline:
+        problems.append(
+            Problem(
+                "spec.engine.offline",
+                "needs spec.engine.modelCache: an air-gapped arm can only load models that a cache "
+                "volume already holds; set modelCache.claimName to a PersistentVolumeClaim with the "
+                "target and draft models",
+            )
+        )
+    owned = model_source_env_names(engine)
+    for i, env in enumerate(engine.env):
+        if env.name in owned:
+            problems.append(
+                Problem(
+                    f"spec.engine.env[{i}]",
+                    f"{env.name!r} is set by the operator from {owned[env.name]}; remove it",
+                )
+            )
+    return problems
+
+
+def check_release(engine: spec.EngineSpec) -> list[Problem]:
+    """The arms' vLLM release must be one this project renders and validates for."""
+    release = releases.resolve(engine)
+    if engine.vllm_version is not None and releases.parse(engine.vllm_version) is None:
+        return [
+            Problem(
+                "spec.engine.vllmVersion", f"{engine.vllm_version!r} is not a vLLM release such as 0.20.0"
+            )
+        ]
+    if release.version >= releases.OLDEST or engine.simulator is not None:
+        return []  # a newer release than the newest supported gets the newest rules (status says so)
+    where = "spec.engine.vllmVersion" if release.source is releases.Source.SPEC else "spec.engine.image"
+    return [
+        Problem(
+            where,
+            f"vLLM {releases.fmt(release.version)} ({release.source.value}) is older than the oldest supported "
+            f"release {releases.fmt(releases.OLDEST)} (supported: {releases.fmt(releases.OLDEST)} to "
+            f"{releases.fmt(releases.NEWEST)}); use a newer image, or set spec.engine.vllmVersion to the "
+            "release whose rules apply",
+        )
+    ]
 
 
 def check_gpus(engine: spec.EngineSpec) -> list[Problem]:

@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from specdecode.experiment import sequential
+from specdecode.experiment import releases, sequential
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetric, Stage
 from specdecode.experiment.status import (
@@ -789,19 +789,30 @@ def recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommenda
             beneficial_up_to=best.name,
             note=f"passes up to ~{upto} running requests{extra}; numSpeculativeTokens unset, so no schedule",
         )
+    release = releases.resolve(spec.engine)
     if len(passing) == len(ordered):
         return Recommendation(
             beneficial_up_to=best.name,
-            num_speculative_tokens_per_batch_size=[[1, max(SCHEDULE_MAX_BATCH, upto), k]],
+            num_speculative_tokens_per_batch_size=[[1, max(SCHEDULE_MAX_BATCH, upto), k]]
+            if release.batch_schedule
+            else None,
             note=f"passes at every measured load (up to ~{upto} running requests)",
         )
+    schedule = [[1, upto, k], [upto + 1, max(SCHEDULE_MAX_BATCH, upto + 1), 0]]
+    note = f"passes up to {best.name} (~{upto} running requests), not at {ordered[len(passing)].name}{extra}"
+    if not release.batch_schedule:
+        # Older releases cannot switch speculation off by batch size: say what they can do instead.
+        return Recommendation(
+            beneficial_up_to=best.name,
+            note=(
+                f"{note}; {release.short} has no num_speculative_tokens_per_batch_size (vLLM >= "
+                f"{releases.fmt(releases.BATCH_SCHEDULE_SINCE)[:-2]} has it: {schedule}), so enable speculation only "
+                f"where the load stays at or below ~{upto} running requests (e.g. a low-latency pool with "
+                f"--max-num-seqs {upto}), or upgrade"
+            ),
+        )
     return Recommendation(
-        beneficial_up_to=best.name,
-        num_speculative_tokens_per_batch_size=[
-            [1, upto, k],
-            [upto + 1, max(SCHEDULE_MAX_BATCH, upto + 1), 0],
-        ],
-        note=f"passes up to {best.name} (~{upto} running requests), not at {ordered[len(passing)].name}{extra}",
+        beneficial_up_to=best.name, num_speculative_tokens_per_batch_size=schedule, note=note
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from specdecode.experiment import manifests, spec
+from specdecode.experiment import manifests, releases, spec
 from specdecode.local import processes
 
 
@@ -69,9 +68,11 @@ def free_port() -> int:
         return port
 
 
-def local_argv(s: spec.ExperimentSpec, arm: spec.Arm, port: int) -> list[str]:
-    """The rendered command line, bound to loopback on `port`."""
-    argv = manifests.serve_args(s, arm)
+def local_argv(
+    s: spec.ExperimentSpec, arm: spec.Arm, port: int, release: releases.Release | None = None
+) -> list[str]:
+    """The rendered command line (for `release`, else the spec's), bound to loopback on `port`."""
+    argv = manifests.serve_args(s, arm, release)
     argv[argv.index("--host") + 1] = "127.0.0.1"
     argv[argv.index("--port") + 1] = str(port)
     if argv[:2] == ["specdecode", "sim"]:
@@ -92,6 +93,19 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
+def local_vllm_version() -> str | None:
+    """`vllm --version` of the vLLM on PATH (None when absent or unreadable)."""
+    if shutil.which("vllm") is None:
+        return None
+    try:
+        done = subprocess.run(["vllm", "--version"], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # vLLM prints the version on the last line (after any import-time log lines).
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return lines[-1] if done.returncode == 0 and lines else None
+
+
 def engine_kind(s: spec.ExperimentSpec) -> str:
     """`simulator`, or `vllm` when vLLM and a GPU are here; raises EngineError otherwise."""
     if s.engine.simulator is not None:
@@ -105,42 +119,13 @@ def engine_kind(s: spec.ExperimentSpec) -> str:
     return "vllm"
 
 
-def local_vllm_version() -> str | None:
-    """The release of the `vllm` on PATH, from `vllm --version` (None when it cannot be read)."""
-    try:
-        done = subprocess.run(["vllm", "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    # vLLM prints the version alone on a line, possibly after log lines (e.g. `0.20.0`, `0.11.1rc2.dev3+g1a2b`)
-    for line in reversed(done.stdout.strip().splitlines()):
-        if _RELEASE.fullmatch(line.strip()):
-            return line.strip()
-    return None
-
-
-_RELEASE = re.compile(r"v?\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?")
-
-
-def with_local_version(s: spec.ExperimentSpec) -> tuple[spec.ExperimentSpec, str]:
-    """`s` with `engine.vllmVersion` taken from the local vLLM when unset, and a line saying which applies."""
-    if s.engine.vllm_version is not None:
-        return s, f"vLLM release {s.engine.vllm_version} (spec.engine.vllmVersion)"
-    version = local_vllm_version()
-    if version is None:
-        return (
-            s,
-            "vLLM release unknown (`vllm --version` gave none): the newest supported release's rules apply",
-        )
-    engine = s.engine.model_copy(update={"vllm_version": version})
-    return s.model_copy(update={"engine": engine}), f"vLLM release {version} (from `vllm --version`)"
-
-
 class Engines:
     """Starts, watches and stops the arms of one run (a context manager)."""
 
-    def __init__(self, s: spec.ExperimentSpec, logs: Path) -> None:
+    def __init__(self, s: spec.ExperimentSpec, logs: Path, release: releases.Release | None = None) -> None:
         self.spec = s
         self.logs = logs
+        self.release = release
         self.arms: dict[spec.Arm, Arm] = {}
 
     def __enter__(self) -> Engines:
@@ -157,7 +142,7 @@ class Engines:
     def start(self, arm: spec.Arm, *, gpus: str | None = None) -> Arm:
         """Start one arm's process; returns at once (see `wait_healthy`)."""
         port = free_port()
-        argv = local_argv(self.spec, arm, port)
+        argv = local_argv(self.spec, arm, port, self.release)
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{arm.value}.log"
         env = dict(os.environ)

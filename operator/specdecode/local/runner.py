@@ -38,7 +38,7 @@ from rich.console import Console
 from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import documents, records, spec, status, validation, verdict
+from specdecode.experiment import documents, records, releases, spec, status, validation, verdict
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
@@ -145,6 +145,7 @@ class _Run:
         self.validity: dict[str, Any] | None = None
         self.loads: dict[spec.Arm, runner.RunResult] = {}
         """One GPU: each arm's own load (its windows and clock anchor)."""
+        self.release: releases.Release | None = None
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -169,7 +170,11 @@ class _Run:
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
             self._load_together(arms)
-        elif self._engine_kind(arms) == "simulator" or engines.gpu_count() >= 2:
+        elif (kind := engines.engine_kind(self.spec)) == "vllm" and (
+            problems := self._use_local_release(arms)
+        ):
+            return self.failed("InvalidSpec", "; ".join(problems))
+        elif kind == "simulator" or engines.gpu_count() >= 2:
             gpus = self._gpu_split()
             for arm in spec.Arm:
                 arms.start(arm, gpus=gpus.get(arm))
@@ -180,14 +185,21 @@ class _Run:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
 
-    def _engine_kind(self, arms: engines.Engines) -> str:
-        """`simulator` or `vllm`; for vLLM, the release comes from `vllm --version` when the spec has none."""
-        kind = engines.engine_kind(self.spec)
-        if kind == "vllm":
-            self.spec, line = engines.with_local_version(self.spec)
-            arms.spec = self.spec
-            self.view.message(line)
-        return kind
+    def _use_local_release(self, arms: engines.Engines) -> list[str]:
+        """Render for the local vLLM's release (`vllm --version`) unless the spec names one; its rules' problems."""
+        self.release = releases.resolve(self.spec.engine, local=engines.local_vllm_version())
+        arms.release = self.release
+        if self.spec.engine.vllm_version is None and self.release.known:
+            # The analysis (e.g. the recommendation) reads the release from the spec.
+            engine = self.spec.engine.model_copy(update={"vllm_version": releases.fmt(self.release.version)})
+            self.spec = self.spec.model_copy(update={"engine": engine})
+        self.view.message(f"vLLM release: {self.release.describe()}")
+        problems = validation.check_speculative(
+            self.spec.speculative,
+            target_tp=validation.target_tensor_parallel(self.spec.engine.args),
+            release=self.release,
+        )
+        return [str(problem) for problem in problems]
 
     def _gpu_split(self) -> dict[spec.Arm, str]:
         if self.spec.engine.simulator is not None:
@@ -412,6 +424,7 @@ class _Run:
             draft_model=self.spec.speculative.model or self.spec.speculative.method.value,
             simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
             nodes=["localhost"],
+            vllm_rules=(self.release or releases.resolve(self.spec.engine)).describe(),
         )
 
 

@@ -73,6 +73,11 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    env = status.environment
+    if env is not None and env.vllm_rules is not None and env.simulator is None:
+        parts.append(
+            Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
+        )
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"
