@@ -8,9 +8,13 @@ failures, crashes, and stopping every process of an arm.
 
 from __future__ import annotations
 
+import http.server
 import json
+import re
 import signal
 import subprocess
+import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +255,71 @@ def test_the_fake_nvidia_smi_answers_the_provenance_query(fake_engines: FakeEngi
     rows = [line.split(", ") for line in done.stdout.splitlines()]
     assert len(rows) == 2 and all(r[0] == "NVIDIA H200" and r[1].startswith("GPU-") for r in rows)
     assert engines.gpu_count() == 2
+
+
+class FakePrometheus(http.server.ThreadingHTTPServer):
+    """Answers every instant query with 1 and records (arm label, evaluation time) of each."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _PrometheusHandler)
+        self.queries: list[tuple[str, float]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _PrometheusHandler(http.server.BaseHTTPRequestHandler):
+    server: FakePrometheus
+
+    def do_GET(self) -> None:
+        self._answer(urllib.parse.urlsplit(self.path).query)
+
+    def do_POST(self) -> None:
+        self._answer(self.rfile.read(int(self.headers.get("content-length", 0))).decode())
+
+    def _answer(self, form: str) -> None:
+        params = urllib.parse.parse_qs(form)
+        expr, at = params["query"][0], float(params["time"][0])
+        arm = re.search(r'specdecode_io_arm="(\w+)"', expr)
+        self.server.queries.append((arm.group(1) if arm else "", at))
+        body = {
+            "status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": {}, "value": [at, "1"]}]},
+        }
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_one_gpu_with_prometheus_asks_for_each_arm_over_its_own_windows(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    server = FakePrometheus()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        path = write_experiment(tmp_path, requests=20)
+        document = yaml.safe_load(path.read_text())
+        document["spec"]["prometheus"] = {"url": server.url}
+        path.write_text(yaml.safe_dump(document))
+        out = tmp_path / "out"
+        assert run(path, out) == 0, result(out).get("message")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    windows = json.loads((out / "windows.json").read_text())
+    for arm in ("control", "treatment"):
+        own = windows["arms"][arm]
+        ends = {round(own["anchor"]["wall"] + w["end"], 3) for w in own["windows"]}
+        asked = {round(at, 3) for a, at in server.queries if a == arm}
+        assert asked == ends, arm  # each arm only over its own windows, on its own clock
+    # the verdict read the treatment's counters from Prometheus (the fake's 1 accepted of 1 drafted)
+    assert result(out)["stages"][0]["acceptance"]["sources"]["prometheus"] == 1.0
