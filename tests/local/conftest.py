@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from specdecode.local import engines
+
 FAKEBIN = Path(__file__).parent / "fakebin"
 
 
@@ -137,6 +139,8 @@ def fake_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngines
     monkeypatch.setenv("FAKE_ENGINECORE_TAG", fakes.tag)
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "1")
     monkeypatch.setenv("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny --decode-step-ms 3")
+    # The fake EngineCore ignores SIGTERM, so each stop waits out the grace period (10 s is for real vLLM).
+    monkeypatch.setattr(engines, "STOP_GRACE_S", 2.0)
     for name in (
         "FAKE_VLLM_VERSION",
         "FAKE_VLLM_ENGINECORE",

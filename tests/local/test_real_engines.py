@@ -34,6 +34,7 @@ def write_experiment(
     stages: list[dict[str, Any]] | None = None,
     requests: int = 40,
     engine: dict[str, Any] | None = None,
+    deploy: str = "1m",
 ) -> Path:
     document = experiment_document(
         model="meta-llama/Llama-3.1-8B-Instruct",
@@ -51,7 +52,7 @@ def write_experiment(
             "warmupRequests": 2,
         },
         analysis={"minSpeedup": 1.05, "sequential": False, "guardrails": {"maxTtftRegression": None}},
-        deadlines={"deploy": "1m", "run": "5m"},
+        deadlines={"deploy": deploy, "run": "5m"},
     )
     path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -130,12 +131,29 @@ def test_an_engine_that_exits_during_start_up_fails_the_run_naming_the_arm(
 ) -> None:
     fake_engines.set("FAKE_NVIDIA_SMI_GPUS", gpus)
     fake_engines.set("FAKE_VLLM_FAIL_AT_START", arm)
+    fake_engines.set("FAKE_VLLM_ENGINECORE", "session")
     out = tmp_path / "out"
     assert run(write_experiment(tmp_path, requests=20), out) == 3
     status = result(out)
     assert status["phase"] == "Failed" and status["reason"] == "EngineUnavailable"
     assert f"{arm} arm exited with status 1 before it became healthy" in status["message"]
     assert "CUDA error: out of memory" in status["message"]  # the log tail
+    assert fake_engines.enginecores() == []
+
+
+def test_an_engine_not_healthy_by_the_deploy_deadline_fails_the_run_and_is_stopped(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
+    fake_engines.set("FAKE_VLLM_ENGINECORE", "session")
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny --startup-delay 600")
+    out = tmp_path / "out"
+    assert run(write_experiment(tmp_path, requests=20, deploy="2s"), out) == 3
+    status = result(out)
+    assert status["reason"] == "EngineUnavailable"
+    assert "control and treatment not healthy within spec.deadlines.deploy (2s)" in status["message"]
+    assert fake_engines.enginecores() == []
+    assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
 
 
 @pytest.mark.parametrize("gpus", ["1", "2"])
@@ -145,6 +163,7 @@ def test_an_engine_that_dies_mid_stage_fails_the_run_keeping_the_stages_finished
     fake_engines.set("FAKE_NVIDIA_SMI_GPUS", gpus)
     # 2 warm-up + 20 of stage c1, then killed a few requests into stage c4
     fake_engines.set("FAKE_VLLM_DIE_AFTER", "treatment:28")
+    fake_engines.set("FAKE_VLLM_ENGINECORE", "session")  # outlives the killed server, as on the H200
     stages = [{"name": "c1", "concurrency": 1}, {"name": "c4", "concurrency": 4}]
     out = tmp_path / "out"
     assert run(write_experiment(tmp_path, stages=stages, requests=20), out) == 3
@@ -157,6 +176,7 @@ def test_an_engine_that_dies_mid_stage_fails_the_run_keeping_the_stages_finished
         finished = {r["index"] for r in measured if r["arm"] == arm and r["stage"] == "c1" and r["ok"]}
         assert finished == set(range(20)), arm
     assert any(r["stage"] == "c4" and r["arm"] == "treatment" for r in measured)
+    assert fake_engines.enginecores() == []
 
 
 @pytest.mark.parametrize("mode", ["group", "session", "hidden"])

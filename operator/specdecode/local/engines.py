@@ -10,6 +10,7 @@ An arm stopped on purpose (one GPU: control before treatment) is neither waited 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -28,6 +29,9 @@ import httpx
 
 from specdecode.experiment import manifests, releases, spec
 from specdecode.local import processes
+
+#: seconds an arm's processes get to exit after SIGTERM before SIGKILL (vLLM shuts its engine down in a few)
+STOP_GRACE_S = 10.0
 
 
 class EngineError(Exception):
@@ -199,18 +203,18 @@ class Engines:
         return next((a for a in self.arms.values() if not a.stopped and a.exit_code() is not None), None)
 
     def stop(self, arm: spec.Arm) -> list[int]:
-        """Stop every process of the arm (SIGTERM, 10 s grace, SIGKILL); the pids that survived, if any."""
+        """Stop every process of the arm (SIGTERM, STOP_GRACE_S, SIGKILL); the pids that survived, if any."""
         state = self.arms.get(arm)
         if state is None or state.group is None or state.stopped:
             return []
         state.stopped = True
         with _signals_deferred():
-            return state.group.stop()
+            return state.group.stop(grace_s=STOP_GRACE_S)
 
     def stop_all(self) -> list[int]:
-        """Stop every process this run started; the pids that survived SIGKILL, if any."""
-        with _signals_deferred():
-            return [pid for arm in list(self.arms) for pid in self.stop(arm)]
+        """Stop every process this run started, the arms at the same time; the pids that survived SIGKILL."""
+        with _signals_deferred(), concurrent.futures.ThreadPoolExecutor(max(1, len(self.arms))) as pool:
+            return [pid for left in pool.map(self.stop, list(self.arms)) for pid in left]
 
 
 @contextlib.contextmanager
