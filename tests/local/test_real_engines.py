@@ -176,6 +176,8 @@ def test_an_engine_that_dies_mid_stage_fails_the_run_keeping_the_stages_finished
         finished = {r["index"] for r in measured if r["arm"] == arm and r["stage"] == "c1" and r["ok"]}
         assert finished == set(range(20)), arm
     assert any(r["stage"] == "c4" and r["arm"] == "treatment" for r in measured)
+    windows = json.loads((out / "windows.json").read_text())["windows"]
+    assert "c1" in [w["stage"] for w in windows]
     assert fake_engines.enginecores() == []
 
 

@@ -106,16 +106,18 @@ class Group:
     def members(self) -> dict[int, int]:
         """The live members now (pid -> start time), remembered for later scans."""
         leader = self.process.pid
+        # Until we reap the leader its pid cannot be reused, so its session and group are its own.
+        ours = self.process.returncode is None
         stats = {st.pid: st for st in all_stats() if st.state not in ("Z", "X") and st.pid != os.getpid()}
         found = {
             pid: st.start
             for pid, st in stats.items()
-            if leader in (st.session, st.pgrp) or has_marker(pid, self.token)
+            if (ours and leader in (st.session, st.pgrp)) or has_marker(pid, self.token)
         }
         found.update(
             {pid: start for pid, start in self.known.items() if pid in stats and stats[pid].start == start}
         )
-        if leader in stats:
+        if ours and leader in stats:
             found[leader] = stats[leader].start
         children: dict[int, list[int]] = {}
         for st in stats.values():

@@ -229,15 +229,18 @@ class _Run:
             self.loads[arm] = self._load(
                 arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
             )
+            # DIR/windows.json after each arm, so that a failure of the treatment keeps the control's
+            control, treatment = self.loads[spec.Arm.CONTROL], self.loads.get(spec.Arm.TREATMENT)
+            self.windows = _merged_windows(control.windows, treatment.windows if treatment else [])
+            _write_windows(self.out, control.anchor, self.windows, self.loads)
             left = arms.stop(arm)
             if left:
                 raise engines.EngineError(
                     f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
                 )
-        control, treatment = self.loads[spec.Arm.CONTROL], self.loads[spec.Arm.TREATMENT]
-        self.windows = _merged_windows(control.windows, treatment.windows)
-        self.validity = _merged_validity(control.summary.get("validity"), treatment.summary.get("validity"))
-        _write_windows(self.out, control.anchor, self.windows, self.loads)
+        self.validity = _merged_validity(
+            *(self.loads[arm].summary.get("validity") for arm in (spec.Arm.CONTROL, spec.Arm.TREATMENT))
+        )
 
     def _load(
         self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = ""
