@@ -6,13 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from specdecode.local import processes
+from specdecode.experiment import spec
+from specdecode.local import engines, processes
+from tests.factories import experiment_document
 from tests.local.conftest import alive_after, processes_with
 from tests.local.fakebin import vllm as fake_vllm
 
@@ -113,3 +116,42 @@ def test_stop_without_proc_falls_back_to_the_process_group(
     assert group.stop(grace_s=0.5) == []
     monkeypatch.undo()
     assert alive_after([child], 5.0) == []  # the group got SIGKILL after the grace period
+
+
+def engines_with_one_arm(tag: str, tmp_path: Path) -> tuple[engines.Engines, int]:
+    s = spec.ExperimentSpec.model_validate(experiment_document()["spec"])
+    arms = engines.Engines(s, tmp_path)
+    group, child = start("group", tag)
+    arms.arms[spec.Arm.CONTROL] = engines.Arm(
+        spec.Arm.CONTROL, "http://127.0.0.1:1", group.process, group=group
+    )
+    return arms, child
+
+
+def interrupt_in(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_while_an_arm_is_stopped_takes_effect_once_it_is_stopped(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engines, "STOP_GRACE_S", 1.0)
+    arms, child = engines_with_one_arm(tag, tmp_path)
+    timer = interrupt_in(0.2)  # during the grace period: the child ignores SIGTERM
+    with pytest.raises(KeyboardInterrupt):
+        arms.stop(spec.Arm.CONTROL)
+    timer.join()
+    assert processes_with(tag.encode()) == [] and alive_after([child], 0.0) == []
+
+
+def test_ctrl_c_while_the_run_ends_does_not_interrupt_the_stop(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engines, "STOP_GRACE_S", 1.0)
+    arms, child = engines_with_one_arm(tag, tmp_path)
+    timer = interrupt_in(0.2)
+    assert arms.stop_all() == []  # no KeyboardInterrupt: the run is ending anyway
+    timer.join()
+    assert processes_with(tag.encode()) == [] and alive_after([child], 0.0) == []

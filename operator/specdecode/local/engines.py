@@ -212,14 +212,21 @@ class Engines:
             return state.group.stop(grace_s=STOP_GRACE_S)
 
     def stop_all(self) -> list[int]:
-        """Stop every process this run started, the arms at the same time; the pids that survived SIGKILL."""
-        with _signals_deferred(), concurrent.futures.ThreadPoolExecutor(max(1, len(self.arms))) as pool:
+        """Stop every process this run started, the arms at the same time; the pids that survived SIGKILL.
+
+        The run is ending: a Ctrl-C or SIGTERM meanwhile is dropped (it would only turn a finished
+        run into an interrupted one).
+        """
+        with (
+            _signals_deferred(reraise=False),
+            concurrent.futures.ThreadPoolExecutor(max(1, len(self.arms))) as pool,
+        ):
             return [pid for left in pool.map(self.stop, list(self.arms)) for pid in left]
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Ctrl-C or SIGTERM arriving while arms are stopped is acted on after the stop, not in the middle.
+def _signals_deferred(*, reraise: bool = True) -> Iterator[None]:
+    """Ctrl-C or SIGTERM arriving while arms are stopped is acted on after the stop (`reraise`), not in the middle.
 
     Only the main thread may set handlers; elsewhere this does nothing.
     """
@@ -234,6 +241,6 @@ def _signals_deferred() -> Iterator[None]:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for signum in caught[:1]:
-            signal.raise_signal(signum)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if reraise and caught:
+            signal.raise_signal(caught[0])
