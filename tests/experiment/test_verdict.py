@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specdecode.experiment import sequential, validation, verdict
-from specdecode.experiment.records import ArmServerMetrics, RequestRecord
+from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ExperimentStatus, Phase, StageVerdict, Verdict
 from tests.factories import experiment_document
@@ -230,6 +230,48 @@ def test_throughput_speedup_is_treatment_over_control() -> None:
         [100.0] * 20, [130.0] * 20, metric="throughput", min_speedup=1.1, higher_is_better=True
     )
     assert v.effect == pytest.approx(1.3)
+
+
+def closed_loop(
+    arm: str, *, seconds_per_request: float, requests: int = 64, slots: int = 16
+) -> list[RequestRecord]:
+    """One arm of a closed-loop stage: each slot sends its next request when its last one ends."""
+    out: list[RequestRecord] = []
+    free = [0.0] * slots
+    for i in range(requests):
+        slot = i % slots
+        sent = free[slot]
+        end = sent + seconds_per_request
+        free[slot] = end
+        out.append(
+            RequestRecord(
+                stage="c16",
+                index=i,
+                arm=arm,
+                sent=sent,
+                end=end,
+                ok=True,
+                completion_tokens=100,
+                e2e_ms=seconds_per_request * 1e3,
+                tpot_ms=seconds_per_request * 10.0,
+                slot=slot,
+            )
+        )
+    return out
+
+
+def test_throughput_is_per_arm_so_an_arm_twice_as_fast_shows_twice_the_tokens_per_second() -> None:
+    spec = make_spec()
+    records = closed_loop("control", seconds_per_request=1.0) + closed_loop(
+        "treatment", seconds_per_request=0.5
+    )
+    # The stage window ends when the slower arm (control) drains.
+    window = StageWindow(stage="c16", start=0.0, end=4.0)
+    result = stage(verdict.analyse(spec, records, [window]), "c16")
+    control, treatment = result.control.output_tokens_per_second, result.treatment.output_tokens_per_second
+    assert control == pytest.approx(64 * 100 / 4.0)
+    assert treatment == pytest.approx(64 * 100 / 2.0)
+    assert treatment / control == pytest.approx(2.0)
 
 
 def test_fixed_horizon_interval_is_the_paired_t() -> None:

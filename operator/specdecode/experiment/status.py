@@ -170,7 +170,8 @@ class ArmSummary(StatusModel):
     e2e_p99: float | None = None
     """End-to-end latency, p99, ms."""
     output_tokens_per_second: float | None = None
-    """Output tokens per second over the stage's measured window."""
+    """Output tokens of successful requests per second of this arm's own active time in the stage
+    (its first request sent → its last response finished), so a faster arm shows more."""
 
 
 class Speedup(StatusModel):

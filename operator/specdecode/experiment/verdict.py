@@ -349,8 +349,25 @@ def _quantile(values: FloatArray, q: float) -> float | None:
     return float(np.quantile(finite, q)) if finite.size else None
 
 
-def summarise_arm(records: Sequence[RequestRecord], window: StageWindow | None) -> ArmSummary:
-    """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s."""
+def active_seconds(records: Sequence[RequestRecord]) -> float:
+    """One arm's active time in a stage: its first request sent → its last response finished (s).
+
+    Per arm, not the stage window: the window ends when the slower arm drains, so dividing both
+    arms' tokens by it gives a faster arm the slower one's throughput. Failed requests count (they
+    occupied the arm); 0 when no request finished.
+    """
+    ends = [r.end for r in records if r.end is not None]
+    if not ends:
+        return 0.0
+    return max(0.0, max(ends) - min(r.sent for r in records))
+
+
+def summarise_arm(records: Sequence[RequestRecord]) -> ArmSummary:
+    """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s.
+
+    Output tok/s = completion tokens of the arm's successful requests / the arm's own active time
+    (`active_seconds`).
+    """
     ok = [r for r in records if r.ok]
     summary = ArmSummary(requests=len(records), errors=len(records) - len(ok))
     for name, attr in _LATENCY_FIELDS.items():
@@ -360,11 +377,7 @@ def summarise_arm(records: Sequence[RequestRecord], window: StageWindow | None) 
         for q, suffix in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
             setattr(summary, f"{name}_{suffix}", _quantile(values, q))
     tokens = sum(r.completion_tokens or 0 for r in ok)
-    if window is not None and window.end > window.start:
-        duration = window.end - window.start
-    else:
-        ends = [r.end for r in records if r.end is not None]
-        duration = (max(ends) - min(r.sent for r in records)) if ends else 0.0
+    duration = active_seconds(records)
     if ok and duration > 0:
         summary.output_tokens_per_second = tokens / duration
     return summary
@@ -595,8 +608,8 @@ def analyse_stage(
     result = StageResult(
         name=stage.name,
         load=stage.load_label,
-        control=summarise_arm(list(pairs.control.values()), window),
-        treatment=summarise_arm(list(pairs.treatment.values()), window),
+        control=summarise_arm(list(pairs.control.values())),
+        treatment=summarise_arm(list(pairs.treatment.values())),
         stopped_early=bool(window and window.stopped_early),
     )
     result.batch_size = batch_size(stage, list(pairs.treatment.values()))
