@@ -388,6 +388,35 @@ def test_a_stage_cut_short_gets_a_final_look_that_spends_the_rest() -> None:
     assert cut.looks[-1] == 137 and cut.z[-1] < planned.z[len(cut.looks) - 1]
 
 
+def test_the_sequential_estimate_is_median_unbiased_where_the_mean_at_the_stop_is_not() -> None:
+    # Stages stop early when their mean happens to lie far above minSpeedup, so the mean at the
+    # deciding look overshoots the true speed-up more often than not; the reported estimate does not.
+    rng = np.random.default_rng(11)
+    true, threshold = math.log(1.2), math.log(1.1)
+    over_estimate = over_mean = 0
+    runs = 300
+    for _ in range(runs):
+        d = rng.normal(true, 0.4, 300)
+        at = sequential.look(d, threshold=threshold, confidence=0.95, horizon=300, final=True)
+        estimate = verdict.sequential_estimate(d, at, threshold=threshold, confidence=0.95, horizon=300)
+        over_estimate += estimate > true
+        over_mean += float(np.mean(d[: at.n])) > true
+    assert over_mean / runs > 0.57
+    assert abs(over_estimate / runs - 0.5) < 0.06  # 300 runs: one standard error is 0.029
+
+
+def test_pairs_after_the_deciding_look_do_not_drag_the_estimate_onto_the_interval_s_end() -> None:
+    # The real-vLLM symptom `c4: 1.198 [1.198, 1.438]`: the first pairs decided the stage, pairs in
+    # flight at the stop were slower, and a mean over all of them sat on (or beyond) the interval's end.
+    rng = np.random.default_rng(5)
+    first = sequential.planned_looks(300)[0]
+    d = np.r_[rng.normal(math.log(1.35), 0.1, first), rng.normal(math.log(1.05), 0.1, 40)]
+    v = verdict.compare(np.exp(d), np.ones(d.size), metric="tpot", min_speedup=1.1, horizon=300)
+    assert v.label is verdict.Label.PASS and v.decided_at == first and v.ci is not None
+    assert math.exp(float(np.mean(d))) < v.ci[0]  # where the old estimate was
+    assert v.ci[0] < v.effect < v.ci[1]  # type: ignore[operator]
+
+
 def test_repeated_p_value_matches_the_interval() -> None:
     rng = np.random.default_rng(7)
     for shift in (0.05, 0.1, 0.3):

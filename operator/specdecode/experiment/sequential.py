@@ -151,6 +151,8 @@ def z_bounds(fractions: tuple[float, ...], cumulative: tuple[float, ...]) -> tup
 class Design:
     """The looks of one stage and their boundaries on the t scale."""
 
+    horizon: int
+    """The stage's request bound (information fraction of a look = pairs / horizon)."""
     looks: tuple[int, ...]
     """Pairs at each look."""
     z: tuple[float, ...]
@@ -175,7 +177,7 @@ def design(horizon: int, *, alpha: float, final_at: int | None = None) -> Design
     cumulative = (*(spent(t, alpha) for t in fractions[:-1]), alpha)
     zs = z_bounds(fractions, cumulative)
     q = tuple(_t_scale(c, n) for c, n in zip(zs, looks, strict=True))
-    return Design(looks, zs, q)
+    return Design(horizon, looks, zs, q)
 
 
 def _t_scale(c: float, n: int) -> float:
@@ -312,3 +314,97 @@ def repeated_p_value(x: FloatArray, *, threshold: float, confidence: float, hori
         if hi - lo < 1e-4:
             break
     return float(10.0**hi)
+
+
+# ---------------------------------------------------------------------------------- the point estimate
+
+
+def _beyond(delta: float, fractions: tuple[float, ...], c: tuple[float, ...], z_obs: float) -> float:
+    """P_δ(exit above at a look before the last one given, or reach it with Z ≥ `z_obs`).
+
+    Z_j ~ N(δ·√t_j, 1) with independent increments of Z·√t (Brownian motion with drift δ at
+    information t); two-sided boundaries ±c_j at every look before the last; the same recursive
+    integration as `z_bounds`, with drift.
+    """
+    total = 0.0
+    z = np.zeros(0)
+    wf = np.zeros(0)
+    prev_t = 0.0
+    last = len(fractions) - 1
+    for j, t in enumerate(fractions):
+        x = z_obs if j == last else c[j]
+        b, a, s = math.sqrt(t), math.sqrt(prev_t), math.sqrt(t - prev_t)
+        if j == 0:
+            total += float(special.ndtr(delta * b - x))
+        else:
+            total += float(np.dot(wf, special.ndtr((z * a + delta * s * s - x * b) / s)))
+        if j == last:
+            break
+        new_z = np.linspace(-c[j], c[j], GRID)
+        if j == 0:
+            u = new_z - delta * b
+            new_f = np.exp(-0.5 * u * u) / SQRT_2PI
+        else:
+            u = (new_z[:, None] * b - z[None, :] * a - delta * s * s) / s
+            new_f = (np.exp(-0.5 * u * u) * (b / (s * SQRT_2PI))) @ wf
+        z, wf = new_z, _simpson(GRID, (2.0 * c[j]) / (GRID - 1)) * new_f
+        prev_t = t
+    return total
+
+
+def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int) -> float:
+    """The median-unbiased estimate of the mean (log scale) at the look `at` that ended the stage.
+
+    The mean of the pairs at a deciding look is biased away from `threshold`: a stage stops early
+    exactly when its mean happens to lie far from it. Ordering the outcomes of the design
+    stagewise (J&T §8.4: an exit above at an earlier look beats any later outcome, outcomes at the
+    same look are ordered by their statistic, exits below at earlier looks rank lowest), the
+    estimate is the mean μ at which the observed outcome is the median: P_μ(an outcome ranked at
+    least as high) = 1/2. A stage that ended below is mirrored (x → -x), so only exits above are
+    ever ranked. Computed on the z scale with the look's standard deviation taken as
+    known (the t statistic is carried to z through its tail probability, as the boundaries are)
+    and carried back to the t scale; the observed outcome is the one `look` reports.
+
+    `x`: the stage's paired log-ratios in request order; `at`: `look(x, ..., final=True)` of the
+    same arguments. Returns the mean at `at` itself when it has no interval (too few pairs) or no
+    spread.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    horizon = max(horizon, int(x.size))
+    alpha = 1.0 - confidence
+    d = design(horizon, alpha=alpha)
+    if at.n not in d.looks:
+        d = design(horizon, alpha=alpha, final_at=at.n)
+    upto = x[: at.n]
+    mean = float(np.mean(upto)) if upto.size else math.nan
+    if upto.size < MIN_PAIRS or not math.isfinite(at.low) or not math.isfinite(at.high):
+        return mean
+    sd = float(np.std(upto, ddof=1))
+    if sd == 0.0:
+        return mean
+    t_obs = (mean - threshold) / sd * math.sqrt(at.n)
+    if t_obs < 0.0:
+        # Mirror a stage that ended low: the same computation on -x keeps swapping the arms exactly
+        # equivariant (and the ordering only ever ranks exits above).
+        mirrored = Look(at.decided, at.why, at.n, -at.high, -at.low)
+        return -median_unbiased(-x, mirrored, threshold=-threshold, confidence=confidence, horizon=horizon)
+    df = at.n - 1
+    se = sd / math.sqrt(at.n)
+    # Looks before MIN_PAIRS never stop a stage: leaving them out is the same design.
+    kept = [(n, c) for n, c in zip(d.looks, d.z, strict=True) if MIN_PAIRS <= n <= at.n]
+    fractions = tuple(n / horizon for n, _ in kept)
+    bounds = tuple(min(c, Z_MAX) for _, c in kept)
+    z_obs = min(float(-special.ndtri(stats.t.sf(t_obs, df))), 4.0 * Z_MAX)
+    root_t = math.sqrt(fractions[-1])
+
+    def excess(delta: float) -> float:
+        return _beyond(delta, fractions, bounds, z_obs) - 0.5
+
+    lo, hi = (z_obs - 10.0) / root_t, (z_obs + 10.0) / root_t
+    while excess(lo) > 0.0:
+        lo -= 10.0 / root_t
+    while excess(hi) < 0.0:
+        hi += 10.0 / root_t
+    delta = float(optimize.brentq(excess, lo, hi, xtol=1e-9))
+    t_centre = float(stats.t.isf(special.ndtr(-delta * root_t), df))
+    return threshold + t_centre * se

@@ -180,7 +180,9 @@ class Speedup(StatusModel):
     metric: str
     """tpot, e2e, ttft or throughput."""
     estimate: float | None = None
-    """Point estimate."""
+    """Point estimate, inside its interval: `groupSequential`, the median-unbiased estimate at the look
+    that decided the stage (the plain mean there is biased away from minSpeedup by stopping early);
+    `pairedT`, the geometric mean of the paired ratios."""
     ci_low: float | None = None
     """Lower confidence bound."""
     ci_high: float | None = None
@@ -188,9 +190,12 @@ class Speedup(StatusModel):
     p_value: float | None = None
     """p-value of "no speed-up at minSpeedup"."""
     n: int = 0
-    """Pairs used."""
+    """Valid pairs of the stage."""
     method: str | None = None
     """How the interval was computed: `groupSequential` (valid under the sequential looks) or `pairedT` (fixed horizon)."""
+    decided_at: int | None = None
+    """`groupSequential`: pairs at the look that decided the stage, which the estimate and interval
+    use (pairs that finished after it were in flight at the stop)."""
 
 
 class QuantileSpeedup(StatusModel):

@@ -13,6 +13,11 @@ The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-p
   design in `sequential.py` (looks planned from the stage's request bound, error spent over them),
   at the configured confidence, taken at the look that decided the stage. The load generator may
   have stopped the stage early on the same design (`stage_decided`); the interval stays valid.
+  The point estimate is the median-unbiased one at that look (stagewise ordering,
+  `sequential.median_unbiased`), which lies inside the interval: the plain mean there overshoots,
+  since a stage stops early when its mean happens to lie far from minSpeedup. Pairs that finished
+  after the deciding look (in flight at the stop) enter neither: a mean over them sat on or
+  outside the interval's end (issue 14: `c4: 1.198 [1.198, 1.438]`).
 - `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
   hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
 Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
@@ -146,6 +151,8 @@ class MetricVerdict:
     n: int
     reason: str
     method: str
+    decided_at: int | None = None
+    """Pairs at the sequential look that decided (estimate and interval use those); None: all `n`."""
 
 
 # --------------------------------------------------------------------------------------- comparison
@@ -202,12 +209,14 @@ def compare(
             f"{n} valid {metric} pairs, fewer than {need}",
             method,
         )
+    decided_at: int | None = None
     if sequential_ci:
         h = max(horizon or n, n)
         at = sequential.look(d, threshold=threshold, confidence=confidence, horizon=h, final=True)
-        # The interval of the look that decided (pairs that finished after it add nothing to it);
-        # widened to hold the estimate from all pairs, should those have moved it outside.
-        low, high = min(at.low, mean), max(at.high, mean)
+        # Estimate and interval both come from the look that decided the stage: pairs that finished
+        # after it (in flight at the stop) would move a mean outside that look's interval.
+        low, high, decided_at = at.low, at.high, at.n
+        mean = sequential_estimate(d, at, threshold=threshold, confidence=confidence, horizon=h)
         p = sequential.repeated_p_value(d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n)
     else:
         sd = float(np.std(d, ddof=1))
@@ -226,7 +235,26 @@ def compare(
         label, why = Label.FAIL, f"upper bound {ci[1]:.3f} < {min_speedup:g}"
     else:
         label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
-    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method)
+    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at)
+
+
+def sequential_estimate(
+    d: FloatArray, at: sequential.Look, *, threshold: float, confidence: float, horizon: int
+) -> float:
+    """The point estimate (log scale) that goes with the repeated confidence interval of `at`.
+
+    The median-unbiased estimate at the deciding look (`sequential.median_unbiased`): the naive
+    mean there is biased away from minSpeedup, because a stage stops early exactly when its mean
+    happens to lie far from it. It lies inside the interval (the interval is wider than the
+    stagewise one around it); where it would not (a statistic that jumped far past the boundary
+    between two looks, which the stagewise ordering cannot rank above earlier exits), or cannot be
+    computed, the interval's own centre (the mean at the look) is reported instead.
+    """
+    centre = float(np.mean(d[: at.n]))
+    estimate = sequential.median_unbiased(d, at, threshold=threshold, confidence=confidence, horizon=horizon)
+    if math.isfinite(estimate) and at.low <= estimate <= at.high:
+        return estimate
+    return centre
 
 
 def quantile_speedups(
@@ -635,6 +663,7 @@ def analyse_stage(
         p_value=mv.p_value,
         n=mv.n,
         method=mv.method,
+        decided_at=mv.decided_at,
     )
     result.tails = quantile_speedups(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher

@@ -88,7 +88,9 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     if sp is not None:
         out.append(
             f"<p>{escape(sp.metric)} speed-up <b>{escape(_ci(sp.estimate, sp.ci_low, sp.ci_high))}</b> "
-            f"from {sp.n} pairs ({escape(sp.method or '')}; p = {_num(sp.p_value, 2)})"
+            f"from {sp.n} pairs ({escape(sp.method or '')}"
+            + (f", decided at the look after {sp.decided_at}" if sp.decided_at not in (None, sp.n) else "")
+            + f"; p = {_num(sp.p_value, 2)})"
             + (" — stopped early by the sequential rule" if stage.stopped_early else "")
             + (f"; ~{stage.batch_size:.1f} running requests" if stage.batch_size is not None else "")
             + "</p>"
