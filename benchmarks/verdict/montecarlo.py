@@ -27,6 +27,12 @@ coverage of the interval reported with it, for
   `--overrun` pairs still in flight at the stop (closed loop at concurrency C: about C), with the
   interval widened to reach it; how often it sat on the interval's end.
 
+The goodput guardrail (issue 14) under no true difference (both arms sampled alike, speed-up 1.0):
+with an SLO at the q-th percentile of the latency distribution, how often its paired interval says
+goodput dropped (upper bound < 0: blocks a Pass, the false-veto rate) or dropped by more than
+maxGoodputDrop 0.02 (fails the stage), at a stage's full 300 pairs and at an early stop's 50
+(own random stream: the figures above do not move).
+
 Run: .venv/bin/python benchmarks/verdict/montecarlo.py   (about 20 s on 2 cores, plus about 20 ms per
 estimate: --estimate-runs 1000 adds ~5 min)
 """
@@ -122,6 +128,28 @@ def estimates(
     return out
 
 
+def goodput_false_veto(
+    rng: np.random.Generator, runs: int, sigma: float, *, confidence: float, max_drop: float = 0.02
+) -> dict[str, float]:
+    """How often the goodput guardrail trips when both arms are alike."""
+    out: dict[str, float] = {}
+    c, t = simulate(rng, runs, 300, 1.0, sigma)
+    for q in (0.5, 0.9):
+        slo = float(np.quantile(c, q))
+        for n in (50, 300):
+            blocked = failed = 0
+            for r in range(runs):
+                change = verdict.paired_proportion_difference(
+                    (c[r, :n] <= slo).tolist(), (t[r, :n] <= slo).tolist(), confidence=confidence
+                )
+                assert change is not None
+                blocked += change[2] < 0.0
+                failed += change[2] < -max_drop
+            out[f"slo_at_p{q * 100:g}_n{n}_blocks_pass"] = blocked / runs
+            out[f"slo_at_p{q * 100:g}_n{n}_fails_stage"] = failed / runs
+    return out
+
+
 def fixed_rule(
     d: np.ndarray, n: int, *, threshold: float, confidence: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +174,7 @@ def main() -> int:
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
+    goodput_rng = np.random.default_rng(args.seed + 1)
     m, conf, n_max = args.min_speedup, args.confidence, args.max_pairs
     th = math.log(m)
     started = time.time()
@@ -220,6 +249,7 @@ def main() -> int:
         low, high = fixed_rule(samples["at minSpeedup"], n_max, threshold=th, confidence=conf)
         row["fixed_at_max_pairs_coverage"] = float(((low <= th) & (th <= high)).mean())
         row["scenarios"] = by_truth
+        row["goodput_no_difference"] = goodput_false_veto(goodput_rng, args.runs, sigma, confidence=conf)
         results.append(row)
     out = {
         "runs_per_scenario": args.runs,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
@@ -109,13 +110,132 @@ def test_error_rate_surely_above_the_limit_fails() -> None:
     assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
 
 
-def test_ttft_regression_surely_above_the_limit_fails() -> None:
+def guardrail(result: verdict.Analysis, stage_name: str, name: str) -> Any:
+    return next(g for g in stage(result, stage_name).guardrails if g.name == name)
+
+
+def test_a_ttft_regression_large_in_both_relative_and_absolute_terms_fails() -> None:
     spec = make_spec()
-    records, windows = synthetic.run(spec, speedup=1.5, n=150, ttft_ratio=1.6)
+    # TTFT ~400 ms → ~640 ms: +60% and +240 ms, beyond 10% and beyond the 50 ms tolerance.
+    records, windows = synthetic.run(spec, speedup=1.5, n=150, ttft_ratio=1.6, ttft_base=400.0)
     result = verdict.analyse(spec, records, windows)
-    ttft = next(g for g in stage(result, "low").guardrails if g.name == "ttftRegression")
-    assert ttft.outcome == "SurelyBreached"
-    assert result.reason == "GuardrailFailed"
+    ttft = guardrail(result, "low", "ttftRegression")
+    assert ttft.outcome == "SurelyBreached" and ttft.difference_ci_low > 50.0
+    assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+
+
+def test_a_large_decode_win_with_a_small_absolute_ttft_rise_is_not_vetoed() -> None:
+    # The H200 pattern: the draft's prefill adds ~+40% to a ~40 ms TTFT (+16 ms) while decode is
+    # 1.5x faster. Relative alone, that is a regression; in milliseconds nobody notices it.
+    records, windows = synthetic.run(make_spec(), speedup=1.5, n=150, ttft_ratio=1.4)
+    result = verdict.analyse(make_spec(), records, windows)
+    ttft = guardrail(result, "low", "ttftRegression")
+    assert ttft.estimate > 0.10 and 0.0 < ttft.difference < 50.0
+    assert ttft.outcome == "Holds" and "tolerance" in ttft.note
+    assert result.verdict is Verdict.PROMOTE
+    # The ratio alone (no tolerance) is what used to reject it.
+    strict = make_spec(guardrails={"ttftToleranceMs": 0})
+    assert verdict.analyse(strict, records, windows).verdict is Verdict.REJECT
+
+
+def test_a_ttft_regression_that_breaks_an_slo_the_control_meets_fails() -> None:
+    # +40% on ~40 ms is within the ratio-and-milliseconds tolerance, but the SLO is absolute: the
+    # control's p90 is within 70 ms, the treatment's (~75 ms) is not.
+    spec = make_spec(slo={"ttft": {"p90": 70}})
+    records, windows = synthetic.run(spec, speedup=1.5, n=300, ttft_ratio=1.4)
+    result = verdict.analyse(spec, records, windows)
+    assert guardrail(result, "low", "ttftRegression").outcome == "Holds"
+    slo = guardrail(result, "low", "sloTtftP90")
+    assert slo.limit == 70 and slo.ci_low > 70 and slo.outcome == "SurelyBreached"
+    assert stage(result, "low").control.ttft_p90 < 70
+    assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+    assert "sloTtftP90 at low" in result.message
+
+
+def test_an_slo_the_control_misses_too_is_left_to_goodput() -> None:
+    spec = make_spec(slo={"ttft": {"p90": 30}})  # both arms' p90 is ~50 ms
+    records, windows = synthetic.run(spec, speedup=1.5, n=150)
+    result = verdict.analyse(spec, records, windows)
+    slo = guardrail(result, "low", "sloTtftP90")
+    assert slo.outcome == "NotEvaluated" and slo.estimate > 30 and "control misses it too" in slo.note
+    assert guardrail(result, "low", "goodput").outcome == "Holds"
+    assert result.verdict is Verdict.PROMOTE
+
+
+def test_failed_requests_miss_every_slo_and_status_stays_valid_json() -> None:
+    spec = make_spec(slo={"ttft": {"p90": 1000}, "tpot": {"p99": 1000}})
+    records, windows = synthetic.run(spec, speedup=1.5, n=30)
+    for r in records:  # half the treatment's requests fail: its p90 is surely a failure
+        if r.stage == "low" and r.arm == "treatment" and r.index % 2 == 0:
+            r.ok, r.ttft_ms, r.tpot_ms = False, None, None
+    result = verdict.analyse(spec, records, windows)
+    slo = guardrail(result, "low", "sloTtftP90")
+    assert slo.estimate is None and "failed" in slo.note and slo.outcome == "SurelyBreached"
+    # 30 requests: the p99's interval reaches past the sample, which JSON cannot say as a number.
+    assert guardrail(result, "low", "sloTpotP99").ci_high is None
+    status = result.apply(ExperimentStatus())
+    json.dumps(status.wire(), allow_nan=False)
+
+
+def test_goodput_is_the_fraction_of_requests_meeting_every_slo_with_a_wilson_interval() -> None:
+    spec = make_spec(slo={"ttft": {"p50": 20, "p90": 60}, "tpot": {"p99": 1e6}})
+    records, windows = synthetic.run(spec, speedup=1.5, n=200, error_rate=0.05)
+    low = stage(verdict.analyse(spec, records, windows), "low")
+    for arm in ("control", "treatment"):
+        mine = [r for r in records if r.stage == "low" and r.arm == arm]
+        # Within the largest limit of each metric (60 ms for TTFT); failed requests are never good.
+        good = sum(r.ok and r.ttft_ms is not None and r.ttft_ms <= 60 for r in mine)
+        g = getattr(low, arm).goodput
+        assert (g.requests, g.good) == (len(mine), good) and g.fraction == good / len(mine)
+        assert g.ci_low < g.fraction < g.ci_high
+        assert g.per_second == pytest.approx(good / verdict.active_seconds(mine))
+    assert make_spec().analysis.slo.limits() == []
+    assert stage(verdict.analyse(make_spec(), records, windows), "low").control.goodput is None
+
+
+def test_goodput_per_second_is_per_arm() -> None:
+    spec = make_spec(slo={"e2e": {"p90": 5000}})
+    records = closed_loop("control", seconds_per_request=1.0) + closed_loop(
+        "treatment", seconds_per_request=0.5
+    )
+    result = stage(verdict.analyse(spec, records, [StageWindow(stage="c16", start=0.0, end=4.0)]), "c16")
+    assert result.control.goodput.per_second == pytest.approx(64 / 4.0)
+    assert result.treatment.goodput.per_second == pytest.approx(64 / 2.0)
+
+
+def test_a_goodput_drop_beyond_its_interval_fails_and_one_within_the_noise_does_not() -> None:
+    # An E2E SLO that both arms miss at p90 (the load is beyond it, so its own guardrail is not
+    # evaluated); the treatment's prefill pushes TTFT, and so E2E at few output tokens, over it for
+    # many more requests, although TPOT is faster: goodput drops.
+    spec = make_spec(slo={"e2e": {"p90": 90.0}}, guardrails={"maxTtftRegression": None})
+    records, windows = synthetic.run(spec, speedup=1.2, n=300, ttft_ratio=1.6, tokens=4)
+    result = verdict.analyse(spec, records, windows)
+    assert guardrail(result, "low", "sloE2eP90").outcome == "NotEvaluated"
+    g = guardrail(result, "low", "goodput")
+    assert g.ci_high < -0.02 and g.outcome == "SurelyBreached"
+    assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+    same, windows = synthetic.run(spec, speedup=1.0, n=300, tokens=4, seed=3)
+    g = guardrail(verdict.analyse(spec, same, windows), "low", "goodput")
+    assert g.ci_low < 0.0 < g.ci_high and g.outcome == "Holds"
+
+
+def test_the_paired_goodput_interval_covers_no_change_and_is_narrower_than_unpaired() -> None:
+    rng = np.random.default_rng(8)
+    covered = 0
+    runs = 400
+    for _ in range(runs):
+        shared = rng.random(200) < 0.85  # the prompt decides most of it, in both arms
+        control = shared & (rng.random(200) < 0.97)
+        treatment = shared & (rng.random(200) < 0.97)
+        change = verdict.paired_proportion_difference(control.tolist(), treatment.tolist(), confidence=0.95)
+        assert change is not None
+        covered += change[1] <= 0.0 <= change[2]
+    assert covered / runs >= 0.93
+    diff, low, high = change
+    p_c, p_t = control.mean(), treatment.mean()
+    unpaired = 2 * 1.96 * math.sqrt(p_c * (1 - p_c) / 200 + p_t * (1 - p_t) / 200)
+    assert low <= diff <= high and high - low < unpaired
+    assert verdict.paired_proportion_difference([], [], confidence=0.95) is None
 
 
 def test_acceptance_below_the_minimum_fails() -> None:

@@ -1,7 +1,8 @@
 """Synthetic runs of known effect: records and stage windows as the load generator would write them.
 
 Per request: a prompt effect shared by both arms (long prompts are slow in both), independent
-per-arm noise, a true speed-up per stage; optional errors, output mismatches and TTFT regression.
+per-arm noise, a true speed-up per stage; optional errors, output mismatches and TTFT regression
+(`ttft_ratio` on a TTFT of about `ttft_base` ms).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def run(
     error_rate: float = 0.0,
     mismatch_rate: float = 0.0,
     ttft_ratio: float = 1.0,
+    ttft_base: float = 40.0,
     acceptance: float = 0.7,
     tokens: int = 24,
     seed: int = 0,
@@ -63,7 +65,9 @@ def run(
             for arm in ("control", "treatment"):
                 treat = arm == "treatment"
                 tpot = 10.0 * np.exp(prompt + rng.normal(0.0, noise)) / (s if treat else 1.0)
-                ttft = 40.0 * np.exp(0.5 * prompt + rng.normal(0.0, noise)) * (ttft_ratio if treat else 1.0)
+                ttft = (
+                    ttft_base * np.exp(0.5 * prompt + rng.normal(0.0, noise)) * (ttft_ratio if treat else 1.0)
+                )
                 e2e = ttft + tpot * (tokens - 1)
                 ok = not (error_rate and rng.random() < error_rate)
                 body = text + ("-x" if treat and mismatch_rate and rng.random() < mismatch_rate else "")

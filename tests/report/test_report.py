@@ -81,6 +81,28 @@ def test_terminal_table_names_every_stage(finished: Finished) -> None:
     )
 
 
+def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
+    records, windows = synthetic.run(spec, speedup=1.4, n=60, ttft_ratio=1.3)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    low = next(s for s in status.stages if s.name == "low")
+    assert low.control.goodput is not None and low.treatment.goodput is not None
+    out = io.StringIO()
+    Console(file=out, width=200).print(terminal.render_terminal(status))
+    text = out.getvalue()
+    assert (
+        "goodput c/t" in text
+        and f"{low.control.goodput.fraction:.0%} / {low.treatment.goodput.fraction:.0%}" in text
+    )
+    html = render_html(status, records, windows, spec)
+    assert "<th>goodput</th>" in html and f"{low.treatment.goodput.fraction:.1%} [" in html
+    assert "sloTtftP90" in html and "tolerance 50 ms" in html
+    # Without SLOs there is no goodput to show.
+    plain, _ = validation.parse_experiment(experiment_document())
+    status = verdict.analyse(plain, records, windows).apply(ExperimentStatus())
+    assert "goodput" not in render_html(status, records, windows, plain)
+
+
 def test_results_round_trip_and_the_report_command(
     tmp_path: Path,
     spec: ExperimentSpec,

@@ -144,6 +144,27 @@ class Environment(StatusModel):
     """Simulator parameters, when the arms were simulated."""
 
 
+class Goodput(StatusModel):
+    """Requests of one arm in one stage that met every configured SLO (`analysis.slo`).
+
+    A request is good when it succeeded and each metric with an SLO is within that metric's
+    largest limit (with `p50: 200, p99: 1000`, within 1000 ms: the limits say how many requests
+    may exceed the smaller ones, which the SLO guardrails judge); failed requests are never good."""
+
+    requests: int = 0
+    """Requests sent."""
+    good: int = 0
+    """Requests that met every SLO."""
+    fraction: float | None = None
+    """good / requests."""
+    ci_low: float | None = None
+    """Lower bound of `fraction` (Wilson score interval at the analysis confidence)."""
+    ci_high: float | None = None
+    """Upper bound of `fraction`."""
+    per_second: float | None = None
+    """Good requests per second of the arm's active time (its first send → its last response)."""
+
+
 class ArmSummary(StatusModel):
     """One arm's measurements in one stage (client side, warm-up excluded)."""
 
@@ -172,6 +193,8 @@ class ArmSummary(StatusModel):
     output_tokens_per_second: float | None = None
     """Output tokens of successful requests per second of this arm's own active time in the stage
     (its first request sent → its last response finished), so a faster arm shows more."""
+    goodput: Goodput | None = None
+    """Requests meeting every SLO (only with `analysis.slo` set)."""
 
 
 class Speedup(StatusModel):
@@ -217,9 +240,10 @@ class GuardrailResult(StatusModel):
     """One guardrail of one stage: the estimate, its uncertainty and what it decided."""
 
     name: str
-    """ttftRegression, errorRate, outputMatch or acceptanceRate."""
+    """ttftRegression, errorRate, outputMatch, acceptanceRate, goodput, or an SLO such as sloTtftP90."""
     limit: float
-    """The configured limit."""
+    """The configured limit (an SLO's in ms, its estimate the treatment's percentile; goodput's
+    `maxGoodputDrop`, its estimate the change of the goodput fraction, treatment - control)."""
     estimate: float | None = None
     """Point estimate."""
     ci_low: float | None = None
@@ -229,6 +253,16 @@ class GuardrailResult(StatusModel):
     outcome: str = "Holds"
     """Holds, Breached (estimate beyond the limit: blocks a Pass), SurelyBreached (the bound is beyond
     it: fails the stage) or NotEvaluated."""
+    tolerance: float | None = None
+    """ttftRegression: `ttftToleranceMs`; the regression counts only when p90 TTFT also rose by more."""
+    difference: float | None = None
+    """ttftRegression: treatment p90 TTFT - control p90 TTFT, ms."""
+    difference_ci_low: float | None = None
+    """Lower confidence bound of `difference` (paired bootstrap)."""
+    difference_ci_high: float | None = None
+    """Upper confidence bound of `difference`."""
+    note: str | None = None
+    """Why it decided as it did, when that is not plain from the numbers."""
 
 
 class Acceptance(StatusModel):

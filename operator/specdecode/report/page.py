@@ -14,7 +14,13 @@ from html import escape
 
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmSummary, ExperimentStatus, StageResult, StageVerdict
+from specdecode.experiment.status import (
+    ArmSummary,
+    ExperimentStatus,
+    GuardrailResult,
+    StageResult,
+    StageVerdict,
+)
 from specdecode.report import svg
 
 _CSS = """
@@ -46,12 +52,24 @@ def _badge(text: str) -> str:
     return f'<span class="verdict {escape(text)}">{escape(text)}</span>'
 
 
+def _goodput(arm: ArmSummary) -> str:
+    g = arm.goodput
+    if g is None or g.fraction is None:
+        return "–"
+    bound = f" [{g.ci_low:.0%}, {g.ci_high:.0%}]" if g.ci_low is not None and g.ci_high is not None else ""
+    rate = f"; {g.per_second:.3g}/s" if g.per_second is not None else ""
+    return f"{g.fraction:.1%}{bound}{rate}"
+
+
 def _arm_table(stage: StageResult) -> str:
     rows = []
+    goodput = stage.control.goodput is not None or stage.treatment.goodput is not None
     header = (
         "<tr><th class=l>arm</th><th>requests</th><th>errors</th>"
         + "".join(f"<th>{m} {q}</th>" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99"))
-        + "<th>output tok/s</th></tr>"
+        + "<th>output tok/s</th>"
+        + ("<th>goodput</th>" if goodput else "")
+        + "</tr>"
     )
     for name, arm in (("control", stage.control), ("treatment", stage.treatment)):
         cells = [
@@ -60,11 +78,14 @@ def _arm_table(stage: StageResult) -> str:
         rows.append(
             f"<tr><td class=l>{name}</td><td>{arm.requests}</td><td>{arm.errors}</td>"
             + "".join(f"<td>{c}</td>" for c in cells)
-            + f"<td>{_num(arm.output_tokens_per_second, 4)}</td></tr>"
+            + f"<td>{_num(arm.output_tokens_per_second, 4)}</td>"
+            + (f"<td>{escape(_goodput(arm))}</td>" if goodput else "")
+            + "</tr>"
         )
-    return (
-        f"<table>{header}{''.join(rows)}</table><p class=muted>latencies in ms, successful requests only</p>"
-    )
+    note = "latencies in ms, successful requests only; output tok/s over each arm's own active time"
+    if goodput:
+        note += "; goodput: requests meeting every SLO [interval], and per second"
+    return f"<table>{header}{''.join(rows)}</table><p class=muted>{note}</p>"
 
 
 def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
@@ -76,8 +97,30 @@ def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
     return (
         "<tr><td class=l>control / treatment</td><td></td><td></td>"
         + "".join(f"<td>{c}</td>" for c in cells)
-        + "<td></td></tr>"
+        + "<td></td>"
+        + ("<td></td>" if control.goodput is not None or treatment.goodput is not None else "")
+        + "</tr>"
     )
+
+
+def _guardrail_note(g: GuardrailResult) -> str:
+    parts = []
+    if g.difference is not None and g.tolerance is not None:
+        bound = (
+            f" [{_num(g.difference_ci_low)}, {_num(g.difference_ci_high)}]"
+            if g.difference_ci_low is not None and g.difference_ci_high is not None
+            else ""
+        )
+        parts.append(f"p90 {g.difference:+.3g} ms{bound}, tolerance {g.tolerance:g} ms")
+    if g.name.startswith("slo"):
+        parts.append("treatment percentile vs the SLO, ms")
+    if g.name == "goodput":
+        parts.append(
+            "change in the fraction meeting every SLO (treatment - control); limit: the largest drop"
+        )
+    if g.note:
+        parts.append(g.note)
+    return "; ".join(parts)
 
 
 def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
@@ -111,10 +154,11 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     if stage.guardrails:
         out.append(
             "<table><tr><th class=l>guardrail</th><th>estimate</th><th>interval</th><th>limit</th>"
-            "<th class=l>outcome</th></tr>"
+            "<th class=l>outcome</th><th class=l>note</th></tr>"
             + "".join(
                 f"<tr><td class=l>{escape(g.name)}</td><td>{_num(g.estimate)}</td>"
-                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td></tr>"
+                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td>"
+                f"<td class=l>{escape(_guardrail_note(g))}</td></tr>"
                 for g in stage.guardrails
             )
             + "</table>"

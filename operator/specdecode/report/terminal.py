@@ -8,7 +8,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment.status import ExperimentStatus
+from specdecode.experiment.status import ExperimentStatus, Goodput
 
 _STYLE = {
     "Promote": "bold green",
@@ -24,6 +24,10 @@ def _n(v: float | None, fmt: str = ".1f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
+def _pct(g: Goodput | None) -> str:
+    return "–" if g is None or g.fraction is None else f"{g.fraction:.0%}"
+
+
 def render_terminal(status: ExperimentStatus) -> RenderableType:
     """A rich renderable: verdict, reason and message; per-stage table; recommendation."""
     verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
@@ -35,6 +39,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         status.message or "",
     )
     table = Table(title="stages", show_lines=False)
+    goodput = any(s.control.goodput is not None or s.treatment.goodput is not None for s in status.stages)
     for col in (
         "stage",
         "load",
@@ -43,6 +48,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         "TPOT p50 c/t ms",
         "TTFT p90 c/t ms",
         "errors c/t",
+        *(["goodput c/t"] if goodput else []),
         "acceptance",
         "output match",
         "verdict",
@@ -64,6 +70,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             f"{_n(s.control.tpot_p50, '.2f')} / {_n(s.treatment.tpot_p50, '.2f')}",
             f"{_n(s.control.ttft_p90)} / {_n(s.treatment.ttft_p90)}",
             f"{s.control.errors} / {s.treatment.errors}",
+            *([f"{_pct(s.control.goodput)} / {_pct(s.treatment.goodput)}"] if goodput else []),
             "–"
             if acc is None or acc.rate is None
             else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
