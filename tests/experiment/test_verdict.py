@@ -238,6 +238,26 @@ def test_the_paired_goodput_interval_covers_no_change_and_is_narrower_than_unpai
     assert verdict.paired_proportion_difference([], [], confidence=0.95) is None
 
 
+def test_speedup_and_acceptance_are_reported_per_prompt_category() -> None:
+    spec = make_spec()
+    kinds = {"code": (1.6, 0.85), "chat": (1.1, 0.4), "math": (1.4, 0.7)}
+    records, windows = synthetic.run(spec, n=150, categories=kinds)
+    low = stage(verdict.analyse(spec, records, windows), "low")
+    assert [c.name for c in low.categories] == ["chat", "code", "math"]
+    for c in low.categories:
+        true_speedup, _ = kinds[c.name]
+        assert c.pairs == 50 and c.ci_low < true_speedup < c.ci_high
+        assert c.ci_low <= c.speedup <= c.ci_high
+    rates = {c.name: c.acceptance_rate for c in low.categories}
+    assert rates["code"] > rates["math"] > rates["chat"]
+    k = spec.speculative.num_speculative_tokens or 0
+    for name, (_, accept) in kinds.items():  # a draft token is accepted if it and all before it are
+        assert rates[name] == pytest.approx(sum(accept**i for i in range(1, k + 1)) / k, abs=0.05)
+    # The stage's own speed-up mixes them; prompts without a category give no rows.
+    plain, windows = synthetic.run(spec, n=150)
+    assert stage(verdict.analyse(spec, plain, windows), "low").categories == []
+
+
 def test_acceptance_below_the_minimum_fails() -> None:
     spec = make_spec(guardrails={"minAcceptanceRate": 0.8})
     records, windows = synthetic.run(spec, speedup=1.5, n=100, acceptance=0.5)

@@ -37,6 +37,12 @@ def finished(spec: ExperimentSpec) -> Finished:
     return status, records, windows
 
 
+def terminal_text(status: ExperimentStatus) -> str:
+    out = io.StringIO()
+    Console(file=out, width=200).print(terminal.render_terminal(status))
+    return out.getvalue()
+
+
 def test_report_is_self_contained(spec: ExperimentSpec, finished: Finished) -> None:
     status, records, windows = finished
     html = render_html(status, records, windows, spec, name="exp")
@@ -70,9 +76,7 @@ def test_report_without_data_still_renders(spec: ExperimentSpec) -> None:
 
 def test_terminal_table_names_every_stage(finished: Finished) -> None:
     status = finished[0]
-    out = io.StringIO()
-    Console(file=out, width=200).print(terminal.render_terminal(status))
-    text = out.getvalue()
+    text = terminal_text(status)
     assert (
         "Reject" in text
         and "low" in text
@@ -87,9 +91,7 @@ def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() ->
     status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
     low = next(s for s in status.stages if s.name == "low")
     assert low.control.goodput is not None and low.treatment.goodput is not None
-    out = io.StringIO()
-    Console(file=out, width=200).print(terminal.render_terminal(status))
-    text = out.getvalue()
+    text = terminal_text(status)
     assert (
         "goodput c/t" in text
         and f"{low.control.goodput.fraction:.0%} / {low.treatment.goodput.fraction:.0%}" in text
@@ -101,6 +103,21 @@ def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() ->
     plain, _ = validation.parse_experiment(experiment_document())
     status = verdict.analyse(plain, records, windows).apply(ExperimentStatus())
     assert "goodput" not in render_html(status, records, windows, plain)
+
+
+def test_per_category_rows_show_in_the_terminal_and_the_report(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=60, categories={"code": (1.6, 0.85), "chat": (1.1, 0.4)})
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    code = next(c for c in status.stages[0].categories if c.name == "code")
+    text = terminal_text(status)
+    assert (
+        "per prompt category" in text
+        and f"{code.speedup:.2f}x [{code.ci_low:.2f}, {code.ci_high:.2f}]" in text
+    )
+    html = render_html(status, records, windows, spec)
+    assert "<th class=l>category</th>" in html and f"{code.speedup:.2f}x [" in html
+    plain = verdict.analyse(spec, *synthetic.run(spec, n=60)).apply(ExperimentStatus())
+    assert "category" not in render_html(plain, [], [], spec)
 
 
 def test_results_round_trip_and_the_report_command(

@@ -282,6 +282,29 @@ class Acceptance(StatusModel):
     """Whether the available estimates agree."""
 
 
+class CategoryResult(StatusModel):
+    """One prompt category within one stage (datasets whose prompts carry a `category`).
+
+    Informative, like the tails: the interval is a fixed-horizon paired t interval on the category's
+    pairs, not adjusted for the sequential looks or for comparing several categories; the stage's
+    verdict does not depend on it."""
+
+    name: str
+    """The category (chat, code, summarisation, math, ...)."""
+    pairs: int = 0
+    """Pairs of this category where both arms succeeded."""
+    speedup: float | None = None
+    """Primary-metric speed-up: the geometric mean of the paired ratios."""
+    ci_low: float | None = None
+    """Lower bound (paired t at the analysis confidence; from 3 pairs)."""
+    ci_high: float | None = None
+    """Upper bound."""
+    acceptance_rate: float | None = None
+    """Draft acceptance of the category's treatment requests (per-request counts, else the client proxy)."""
+    mean_length: float | None = None
+    """Tokens per verify step, bonus token included."""
+
+
 class StageResult(StatusModel):
     """Results and verdict of one load stage."""
 
@@ -312,6 +335,8 @@ class StageResult(StatusModel):
     batch_size: float | None = None
     """Estimated running requests in the treatment: the concurrency (closed loop), or rate × mean E2E
     (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
+    categories: list[CategoryResult] = Field(default_factory=list)
+    """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
 
 
 class Recommendation(StatusModel):

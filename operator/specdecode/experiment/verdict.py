@@ -72,6 +72,7 @@ from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetr
 from specdecode.experiment.status import (
     Acceptance,
     ArmSummary,
+    CategoryResult,
     ExperimentStatus,
     Goodput,
     GuardrailResult,
@@ -783,6 +784,48 @@ def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
     return item
 
 
+def categories(
+    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]
+) -> list[CategoryResult]:
+    """Speed-up (paired t interval, informative) and acceptance per prompt category, by name.
+
+    Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
+    when no pair carries a category; pairs without one are left out.
+    """
+    a = spec.analysis
+    by_name: dict[str, list[tuple[RequestRecord, RequestRecord]]] = {}
+    for pair in both:
+        name = pair[1].category or pair[0].category
+        if name is not None:
+            by_name.setdefault(name, []).append(pair)
+    out: list[CategoryResult] = []
+    for name in sorted(by_name):
+        group = by_name[name]
+        control, treatment = paired_values(group, a.primary_metric.value)
+        mv = compare(
+            control,
+            treatment,
+            metric=a.primary_metric.value,
+            min_speedup=a.min_speedup,
+            confidence=a.confidence,
+            sequential_ci=False,
+            higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
+        )
+        acc, _ = acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)
+        out.append(
+            CategoryResult(
+                name=name,
+                pairs=len(group),
+                speedup=mv.effect,
+                ci_low=mv.ci[0] if mv.ci else None,
+                ci_high=mv.ci[1] if mv.ci else None,
+                acceptance_rate=acc.rate if acc is not None else None,
+                mean_length=acc.mean_length if acc is not None else None,
+            )
+        )
+    return out
+
+
 def _text_key(record: RequestRecord) -> str | None:
     return record.text_hash if record.text_hash is not None else record.text
 
@@ -883,6 +926,7 @@ def analyse_stage(
         list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens
     )
     result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
+    result.categories = categories(spec, both)
     om = _output_match(result)
     result.output_match = om.estimate if om is not None else None
 

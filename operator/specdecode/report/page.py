@@ -1,7 +1,8 @@
 """report.html: one self-contained page (inline CSS and SVG, no scripts, no network) per experiment.
 
 Sections: the verdict and why; speed-up versus load with confidence bars; per-stage tables of TTFT,
-TPOT and E2E quantiles per arm with tail speed-ups and guardrails; latency CDFs per arm and stage;
+TPOT and E2E quantiles per arm (goodput with SLOs) with tail speed-ups, per-category speed-up and
+acceptance, and guardrails; latency CDFs per arm and stage;
 acceptance per draft position (each source); the validity block; provenance.
 """
 
@@ -150,6 +151,19 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
                 for t in stage.tails
             )
             + "</table>"
+        )
+    if stage.categories:
+        out.append(
+            "<table><tr><th class=l>category</th><th>pairs</th><th>speed-up [CI]</th>"
+            "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
+                f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
+                f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
+                for c in stage.categories
+            )
+            + "</table><p class=muted>per prompt category: paired t intervals, informative (they do not"
+            " decide)</p>"
         )
     if stage.guardrails:
         out.append(

@@ -1,4 +1,5 @@
-"""The terminal summary: one rich table of the stages, the verdict line and the recommendation."""
+"""The terminal summary: the verdict line, a rich table of the stages (and one per prompt category,
+when the prompts carry categories) and the recommendation."""
 
 from __future__ import annotations
 
@@ -80,6 +81,17 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    if any(s.categories for s in status.stages):
+        by_category = Table(title="per prompt category (informative)", show_lines=False)
+        for col in ("stage", "category", "pairs", "speed-up [CI]", "acceptance"):
+            by_category.add_column(col, justify="left" if col in {"stage", "category"} else "right")
+        for s in status.stages:
+            for c in s.categories:
+                ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
+                if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
+                    ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
+                by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
+        parts.append(by_category)
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"
