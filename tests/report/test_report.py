@@ -120,6 +120,29 @@ def test_per_category_rows_show_in_the_terminal_and_the_report(spec: ExperimentS
     assert "category" not in render_html(plain, [], [], spec)
 
 
+def test_the_report_shows_where_mismatched_outputs_first_differ(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=30)
+    low = [r for r in records if r.stage == "low"]
+    for r in low:
+        r.text = "The answer is 42 <because> six times seven."
+        r.text_hash = None
+        if r.arm == "treatment" and r.index % 4 == 0:  # 8 mismatches, diverging at character 17
+            r.text = "The answer is 42 [because] six times seven."
+            r.diverges_at = 17 if r.index % 8 == 0 else None  # the report finds it when the record lacks it
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    html = render_html(status, records, windows, spec)
+    assert "8 paired output(s) differ under the same prompt; the first 5" in html
+    assert html.count("<td>17</td>") == 5
+    assert "The answer is 42 <b>&lt;because&gt; six times seven.</b>" in html  # escaped
+    assert "The answer is 42 <b>[because] six times seven.</b>" in html
+    for r in low:
+        r.text = None
+        r.text_hash = "x" if r.arm == "control" or r.index % 4 else "y"
+    assert "texts not kept" in render_html(status, records, windows, spec)
+    plain, windows = synthetic.run(spec, n=30)
+    assert "differ under the same prompt" not in render_html(status, plain, windows, spec)
+
+
 def test_results_round_trip_and_the_report_command(
     tmp_path: Path,
     spec: ExperimentSpec,

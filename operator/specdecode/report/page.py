@@ -2,7 +2,7 @@
 
 Sections: the verdict and why; speed-up versus load with confidence bars; per-stage tables of TTFT,
 TPOT and E2E quantiles per arm (goodput with SLOs) with tail speed-ups, per-category speed-up and
-acceptance, and guardrails; latency CDFs per arm and stage;
+acceptance, guardrails, and where mismatched outputs first differ; latency CDFs per arm and stage;
 acceptance per draft position (each source); the validity block; provenance.
 """
 
@@ -124,6 +124,54 @@ def _guardrail_note(g: GuardrailResult) -> str:
     return "; ".join(parts)
 
 
+#: mismatched pairs shown per stage, and characters of context around the divergence
+MISMATCHES_SHOWN = 5
+_BEFORE, _AFTER = 30, 50
+
+
+def _around(text: str, at: int) -> str:
+    start = max(0, at - _BEFORE)
+    head = ("…" if start else "") + escape(text[start:at])
+    tail = text[at : at + _AFTER]
+    return f"{head}<b>{escape(tail)}</b>" + ("…" if at + _AFTER < len(text) else "")
+
+
+def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+    """Where the treatment's greedy output first differs from the control's, for a few pairs."""
+    arms: dict[str, dict[int, RequestRecord]] = {"control": {}, "treatment": {}}
+    for r in records:
+        if r.stage == stage.name and not r.warmup and r.ok and r.arm in arms:
+            arms[r.arm][r.index] = r
+    rows: list[str] = []
+    count = 0
+    for i in sorted(arms["control"].keys() & arms["treatment"].keys()):
+        c, t = arms["control"][i], arms["treatment"][i]
+        ck, tk = c.text_hash or c.text, t.text_hash or t.text
+        if ck is None or tk is None or ck == tk:
+            continue
+        count += 1
+        if len(rows) == MISMATCHES_SHOWN:
+            continue
+        at = t.diverges_at if t.diverges_at is not None else c.diverges_at
+        if at is None and c.text is not None and t.text is not None:
+            pairs = zip(c.text, t.text, strict=False)
+            at = next((k for k, (x, y) in enumerate(pairs) if x != y), min(len(c.text), len(t.text)))
+        if at is None or c.text is None or t.text is None:
+            cells = "<td class='l muted' colspan=2>texts not kept (hashes differ)</td>"
+        else:
+            cells = f"<td class=l>{_around(c.text, at)}</td><td class=l>{_around(t.text, at)}</td>"
+        rows.append(
+            f"<tr><td>{i}</td><td class=l>{escape(t.prompt_id)}</td><td>{'–' if at is None else at}</td>{cells}</tr>"
+        )
+    if not rows:
+        return ""
+    return (
+        f"<p>{count} paired output(s) differ under the same prompt; the first {len(rows)}, from the first"
+        " differing character (bold):</p><table><tr><th>index</th><th class=l>prompt</th><th>differs at</th>"
+        "<th class=l>control</th><th class=l>treatment</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
 def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     sp = stage.speedup
     out = [
@@ -177,6 +225,7 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             )
             + "</table>"
         )
+    out.append(_mismatches(stage, records))
     acc = stage.acceptance
     if acc is not None:
         out.append(
