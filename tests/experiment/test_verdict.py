@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from specdecode.experiment import sequential, validation, verdict
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
@@ -555,6 +556,31 @@ def test_pairs_after_the_deciding_look_do_not_drag_the_estimate_onto_the_interva
     assert v.label is verdict.Label.PASS and v.decided_at == first and v.ci is not None
     assert math.exp(float(np.mean(d))) < v.ci[0]  # where the old estimate was
     assert v.ci[0] < v.effect < v.ci[1]  # type: ignore[operator]
+
+
+def test_the_noise_floor_is_the_speedup_the_design_promotes_nine_times_in_ten() -> None:
+    rng = np.random.default_rng(12)
+    d = rng.normal(0.0, 0.42, 300)  # an A/A-like stage: no speed-up, the noise of the benchmark's σ = 0.25
+    v = verdict.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
+    floor = v.detectable
+    assert floor is not None and 1.1 < floor < 1.3
+    sd = float(np.std(d, ddof=1))
+    promoted = 0
+    runs = 400
+    for _ in range(runs):
+        x = rng.normal(math.log(floor), sd, 300)
+        at = sequential.look(x, threshold=math.log(1.1), confidence=0.95, horizon=300, final=True)
+        promoted += at.why == "above"
+    assert abs(promoted / runs - verdict.DETECTABLE_POWER) < 0.05
+    # Noisier stages, or fewer requests, can only show larger speed-ups; the fixed test likewise.
+    noisy = verdict.compare(np.exp(2 * d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
+    short = verdict.compare(np.exp(d[:60]), np.ones(60), metric="tpot", min_speedup=1.1, horizon=60)
+    assert noisy.detectable is not None and short.detectable is not None
+    assert noisy.detectable > floor and short.detectable > floor
+    fixed = verdict.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, sequential_ci=False)
+    crit = stats.t.ppf(0.975, 299) + stats.t.ppf(0.9, 299)
+    assert fixed.detectable == pytest.approx(1.1 * math.exp(crit * sd / math.sqrt(300)))
+    assert verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1).detectable is None
 
 
 def test_repeated_p_value_matches_the_interval() -> None:

@@ -99,6 +99,7 @@ def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() ->
     html = render_html(status, records, windows, spec)
     assert "<th>goodput</th>" in html and f"{low.treatment.goodput.fraction:.1%} [" in html
     assert "sloTtftP90" in html and "tolerance 50 ms" in html
+    assert low.speedup is not None and f"noise floor {low.speedup.min_detectable:.2f}x" in html
     # Without SLOs there is no goodput to show.
     plain, _ = validation.parse_experiment(experiment_document())
     status = verdict.analyse(plain, records, windows).apply(ExperimentStatus())

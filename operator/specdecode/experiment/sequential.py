@@ -408,3 +408,28 @@ def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: fl
     delta = float(optimize.brentq(excess, lo, hi, xtol=1e-9))
     t_centre = float(stats.t.isf(special.ndtr(-delta * root_t), df))
     return threshold + t_centre * se
+
+
+def detectable(sd: float, *, threshold: float, confidence: float, horizon: int, power: float = 0.9) -> float:
+    """The smallest mean (log scale) a stage of `horizon` pairs with per-pair standard deviation `sd`
+    decides above `threshold` with probability `power`: the design's noise floor.
+
+    P(the first exit is above) under drift δ is the recursive integration of `_beyond` with the
+    last look's boundary; δ is found by root-finding and carried back with `sd` taken as known
+    (as the z-scale design does). inf when `sd` is not a positive finite number.
+    """
+    if not math.isfinite(sd) or sd <= 0.0 or horizon < MIN_PAIRS:
+        return math.inf if sd != 0.0 else threshold
+    d = design(horizon, alpha=1.0 - confidence)
+    kept = [(n, c) for n, c in zip(d.looks, d.z, strict=True) if n >= MIN_PAIRS]
+    fractions = tuple(n / horizon for n, _ in kept)
+    bounds = tuple(min(c, Z_MAX) for _, c in kept)
+
+    def shortfall(delta: float) -> float:
+        return _beyond(delta, fractions, bounds, bounds[-1]) - power
+
+    hi = 10.0
+    while shortfall(hi) < 0.0:
+        hi *= 2.0
+    delta = float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-9))
+    return threshold + delta * sd / math.sqrt(horizon)

@@ -219,6 +219,11 @@ class Speedup(StatusModel):
     decided_at: int | None = None
     """`groupSequential`: pairs at the look that decided the stage, which the estimate and interval
     use (pairs that finished after it were in flight at the stop)."""
+    min_detectable: float | None = None
+    """The noise floor at this load: the smallest true speed-up the stage's design (its request
+    bound, minSpeedup, confidence) promotes with 90% probability at the noise measured here (the
+    spread of the paired ratios). A speed-up below it was unlikely to be shown: measure more
+    requests per stage, or accept a lower minSpeedup."""
 
 
 class QuantileSpeedup(StatusModel):

@@ -96,6 +96,8 @@ MIN_PAIRS_FIXED = 3
 BOOTSTRAP_RESAMPLES = 2000
 #: quantiles compared between the arms
 TAIL_QUANTILES = (0.5, 0.9, 0.99)
+#: the power at which `min_detectable` reports the smallest speed-up a stage could show
+DETECTABLE_POWER = 0.9
 #: the largest absolute difference between acceptance-rate estimates that still counts as agreement
 ACCEPTANCE_TOLERANCE = 0.05
 #: the upper end of the last range of a batch-size schedule
@@ -162,6 +164,8 @@ class MetricVerdict:
     method: str
     decided_at: int | None = None
     """Pairs at the sequential look that decided (estimate and interval use those); None: all `n`."""
+    detectable: float | None = None
+    """The smallest speed-up this design promotes with probability `DETECTABLE_POWER` at the noise measured."""
 
 
 # --------------------------------------------------------------------------------------- comparison
@@ -244,7 +248,38 @@ def compare(
         label, why = Label.FAIL, f"upper bound {ci[1]:.3f} < {min_speedup:g}"
     else:
         label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
-    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at)
+    floor = min_detectable(
+        d, threshold=threshold, confidence=confidence, horizon=horizon, sequential_ci=sequential_ci
+    )
+    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
+
+
+def min_detectable(
+    d: FloatArray, *, threshold: float, confidence: float, horizon: int | None, sequential_ci: bool
+) -> float | None:
+    """The noise floor of a stage: the smallest speed-up its design promotes with probability
+    `DETECTABLE_POWER`, at the standard deviation of its paired log-ratios taken as the truth.
+
+    Sequential: the group-sequential design over the stage's request bound (`sequential.detectable`);
+    fixed horizon: the paired t test on the pairs that ran. A speed-up below it was unlikely to be
+    shown at this load, whatever its size: measure more requests, or accept a lower minSpeedup.
+    None without spread (ties) or with too few pairs.
+    """
+    n = int(d.size)
+    if n < 3:
+        return None
+    sd = float(np.std(d, ddof=1))
+    if not math.isfinite(sd) or sd == 0.0:
+        return None
+    if sequential_ci:
+        h = max(horizon or n, n)
+        return math.exp(
+            sequential.detectable(
+                sd, threshold=threshold, confidence=confidence, horizon=h, power=DETECTABLE_POWER
+            )
+        )
+    crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))
+    return math.exp(threshold + crit * sd / math.sqrt(n))
 
 
 def sequential_estimate(
@@ -917,6 +952,7 @@ def analyse_stage(
         n=mv.n,
         method=mv.method,
         decided_at=mv.decided_at,
+        min_detectable=mv.detectable,
     )
     result.tails = quantile_speedups(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher

@@ -184,6 +184,11 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             + (f", decided at the look after {sp.decided_at}" if sp.decided_at not in (None, sp.n) else "")
             + f"; p = {_num(sp.p_value, 2)})"
             + (" — stopped early by the sequential rule" if stage.stopped_early else "")
+            + (
+                f"; noise floor {sp.min_detectable:.2f}x (the smallest speed-up this stage shows 9 times in 10)"
+                if sp.min_detectable is not None
+                else ""
+            )
             + (f"; ~{stage.batch_size:.1f} running requests" if stage.batch_size is not None else "")
             + "</p>"
         )
