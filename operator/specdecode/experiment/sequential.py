@@ -24,6 +24,12 @@ design* (Jennison & Turnbull, "Group Sequential Methods with Applications to Cli
 - A stage that ends before its bound for a reason that is not the data (its duration elapsed, the
   run was interrupted) gets a final look at its last pair that spends all the remaining error.
 
+The point estimate that goes with a stage's interval is `median_unbiased` at the deciding look
+(stagewise ordering, J&T §8.4): the plain mean there is biased away from the threshold by the early
+stop. `detectable` is the design's noise floor: the smallest mean it decides above the threshold
+with a given probability at a given per-pair spread. Both integrate the same recursion as the
+boundaries, with drift (`_beyond`).
+
 There is no futility stop: a stage whose speed-up sits at minSpeedup runs to its bound (the Monte
 Carlo study found that a rule "even the last look could not separate" never fires before the end
 once intervals are taken at the deciding look, and any earlier stop costs power at effects just
@@ -151,8 +157,6 @@ def z_bounds(fractions: tuple[float, ...], cumulative: tuple[float, ...]) -> tup
 class Design:
     """The looks of one stage and their boundaries on the t scale."""
 
-    horizon: int
-    """The stage's request bound (information fraction of a look = pairs / horizon)."""
     looks: tuple[int, ...]
     """Pairs at each look."""
     z: tuple[float, ...]
@@ -177,7 +181,7 @@ def design(horizon: int, *, alpha: float, final_at: int | None = None) -> Design
     cumulative = (*(spent(t, alpha) for t in fractions[:-1]), alpha)
     zs = z_bounds(fractions, cumulative)
     q = tuple(_t_scale(c, n) for c, n in zip(zs, looks, strict=True))
-    return Design(horizon, looks, zs, q)
+    return Design(looks, zs, q)
 
 
 def _t_scale(c: float, n: int) -> float:
@@ -352,6 +356,13 @@ def _beyond(delta: float, fractions: tuple[float, ...], c: tuple[float, ...], z_
     return total
 
 
+def _z_looks(d: Design, horizon: int, upto: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Information fractions and z-scale boundaries of the looks of `d` that can stop a stage, up to
+    `upto` pairs (looks before MIN_PAIRS never stop one: leaving them out is the same design)."""
+    kept = [(n, min(c, Z_MAX)) for n, c in zip(d.looks, d.z, strict=True) if MIN_PAIRS <= n <= upto]
+    return tuple(n / horizon for n, _ in kept), tuple(c for _, c in kept)
+
+
 def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int) -> float:
     """The median-unbiased estimate of the mean (log scale) at the look `at` that ended the stage.
 
@@ -390,10 +401,7 @@ def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: fl
         return -median_unbiased(-x, mirrored, threshold=-threshold, confidence=confidence, horizon=horizon)
     df = at.n - 1
     se = sd / math.sqrt(at.n)
-    # Looks before MIN_PAIRS never stop a stage: leaving them out is the same design.
-    kept = [(n, c) for n, c in zip(d.looks, d.z, strict=True) if MIN_PAIRS <= n <= at.n]
-    fractions = tuple(n / horizon for n, _ in kept)
-    bounds = tuple(min(c, Z_MAX) for _, c in kept)
+    fractions, bounds = _z_looks(d, horizon, at.n)
     z_obs = min(float(-special.ndtri(stats.t.sf(t_obs, df))), 4.0 * Z_MAX)
     root_t = math.sqrt(fractions[-1])
 
@@ -416,14 +424,12 @@ def detectable(sd: float, *, threshold: float, confidence: float, horizon: int, 
 
     P(the first exit is above) under drift δ is the recursive integration of `_beyond` with the
     last look's boundary; δ is found by root-finding and carried back with `sd` taken as known
-    (as the z-scale design does). inf when `sd` is not a positive finite number.
+    (as the z-scale design does). inf when `sd` is not a positive finite number or the stage is
+    too short for an interval.
     """
     if not math.isfinite(sd) or sd <= 0.0 or horizon < MIN_PAIRS:
-        return math.inf if sd != 0.0 else threshold
-    d = design(horizon, alpha=1.0 - confidence)
-    kept = [(n, c) for n, c in zip(d.looks, d.z, strict=True) if n >= MIN_PAIRS]
-    fractions = tuple(n / horizon for n, _ in kept)
-    bounds = tuple(min(c, Z_MAX) for _, c in kept)
+        return math.inf
+    fractions, bounds = _z_looks(design(horizon, alpha=1.0 - confidence), horizon, horizon)
 
     def shortfall(delta: float) -> float:
         return _beyond(delta, fractions, bounds, bounds[-1]) - power

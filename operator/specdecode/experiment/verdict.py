@@ -273,11 +273,10 @@ def min_detectable(
         return None
     if sequential_ci:
         h = max(horizon or n, n)
-        return math.exp(
-            sequential.detectable(
-                sd, threshold=threshold, confidence=confidence, horizon=h, power=DETECTABLE_POWER
-            )
+        floor = sequential.detectable(
+            sd, threshold=threshold, confidence=confidence, horizon=h, power=DETECTABLE_POWER
         )
+        return math.exp(floor) if math.isfinite(floor) else None
     crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))
     return math.exp(threshold + crit * sd / math.sqrt(n))
 
