@@ -81,6 +81,12 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    rec = status.recommendation
+    if rec is not None:
+        line = f"recommendation: {rec.note or ''}"
+        if rec.num_speculative_tokens_per_batch_size is not None:
+            line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
+        parts.append(Text(line))
     if any(s.categories for s in status.stages):
         by_category = Table(title="per prompt category (informative)", show_lines=False)
         for col in ("stage", "category", "pairs", "speed-up [CI]", "acceptance"):
@@ -92,12 +98,6 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
                     ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
                 by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
         parts.append(by_category)
-    rec = status.recommendation
-    if rec is not None:
-        line = f"recommendation: {rec.note or ''}"
-        if rec.num_speculative_tokens_per_batch_size is not None:
-            line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
-        parts.append(Text(line))
     return Group(*parts)
 
 
