@@ -190,3 +190,21 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
     assert len((out / "requests.jsonl").read_text().splitlines()) >= 10
     for pid in arms:
         assert not alive(pid), f"process {pid} left behind"
+
+
+def test_the_mixed_dataset_gives_per_category_rows_and_slos_give_goodput(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=40, slo={"ttft": {"p90": 1000}}
+    )
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["workload"]["dataset"] = {"type": "builtin", "name": "mixed"}
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    run(path, out)
+    stage = result(out)["stages"][0]
+    names = {c["name"] for c in stage["categories"]}
+    assert names == {"chat", "code", "math", "summarisation"}
+    assert sum(c["pairs"] for c in stage["categories"]) == stage["speedup"]["n"]
+    for arm in ("control", "treatment"):
+        assert stage[arm]["goodput"]["requests"] == stage[arm]["requests"]
+    assert "<th class=l>category</th>" in (out / "report.html").read_text()
