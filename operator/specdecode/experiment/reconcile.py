@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import spec, status
+from specdecode.experiment import placement, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
@@ -133,6 +133,8 @@ class Observed:
     """Only in Analyzing: the collected and judged results."""
     scraped: bool | None = None
     """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
+    hosts: dict[spec.Arm, status.Host] = field(default_factory=dict)
+    """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
 
 
 @dataclass(frozen=True)
@@ -260,15 +262,20 @@ def _deploying(
         return Decision(current.model_copy(update={"message": note}), [Action.CREATE_ARMS])
     if ready:
         environment = _environment(s, observed)
+        differ = environment.host_differences
         entered = _enter(
             current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
             subject,
             Phase.RUNNING,
             now,
             "LoadStarted",
-            f"both arms Ready; running {len(s.workload.stages)} stages",
+            f"both arms Ready; running {len(s.workload.stages)} stages"
+            + (f" (the arms' hosts differ in {', '.join(differ)})" if differ else ""),
             [Action.CREATE_LOAD],
         )
+        warning = placement.warning(environment)
+        if warning is not None:
+            entered.events.append(Event("Warning", "PlacementDiffers", warning))
         return entered
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
@@ -467,7 +474,7 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
     simulator = None
     if s.engine.simulator is not None:
         simulator = {"profile": s.engine.simulator.profile, **s.engine.simulator.overrides()}
-    return status.Environment(
+    environment = status.Environment(
         image=s.engine.image if s.engine.simulator is None else None,
         image_digest=next((p.image_id for p in pods if p.image_id), None),
         nodes=sorted({p.node for p in pods if p.node}),
@@ -475,6 +482,12 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
         draft_model=s.speculative.model or s.speculative.method.value,
         simulator=simulator,
     )
+    if not observed.hosts:
+        return environment
+    hosts = status.ArmHosts(
+        control=observed.hosts.get(spec.Arm.CONTROL), treatment=observed.hosts.get(spec.Arm.TREATMENT)
+    )
+    return placement.with_hosts(environment, hosts)
 
 
 def conditions_for(st: ExperimentStatus, generation: int) -> dict[str, tuple[str, str, str]]:

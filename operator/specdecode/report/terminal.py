@@ -8,6 +8,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from specdecode.experiment import placement
 from specdecode.experiment.status import ExperimentStatus
 
 _STYLE = {
@@ -73,6 +74,18 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    env = status.environment
+    if env is not None and env.arms is not None:
+        where = {
+            arm: host.node
+            for arm, host in (("control", env.arms.control), ("treatment", env.arms.treatment))
+            if host is not None and host.node
+        }
+        if where:
+            parts.append(Text("hosts: " + ", ".join(f"{arm} on {node}" for arm, node in where.items())))
+        warning = placement.warning(env)
+        if warning is not None:
+            parts.append(Text(f"placement: {warning}", style="yellow"))
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"

@@ -1,0 +1,73 @@
+"""`run --local` provenance: this machine's facts from canned nvidia-smi and /proc/cpuinfo output."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from specdecode.local import hosts
+
+GPU_CSV = """\
+0, NVIDIA H200, GPU-3f1a2b4c-0000-1111-2222-333344445555, 570.133.20
+1, NVIDIA H200, GPU-9e8d7c6b-aaaa-bbbb-cccc-ddddeeeeffff, 570.133.20
+"""
+BANNER = """\
+Tue Dec  1 07:40:12 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 570.133.20             Driver Version: 570.133.20     CUDA Version: 12.8     |
+|-----------------------------------------+------------------------+----------------------+
+"""
+CPUINFO = """\
+processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+"""
+
+
+def test_the_gpus_of_cuda_visible_devices_are_chosen_by_index_or_uuid() -> None:
+    gpus = hosts.parse_gpus(GPU_CSV)
+    assert [g.index for g in gpus] == ["0", "1"]
+    assert [g.index for g in hosts.select(gpus, "1")] == ["1"]
+    assert [g.index for g in hosts.select(gpus, "GPU-3f1a2b4c-0000-1111-2222-333344445555,1")] == ["0", "1"]
+    assert hosts.select(gpus, "7") == []
+    assert len(hosts.select(gpus, None)) == 2
+
+
+def test_the_cuda_version_and_the_cpu_model_are_read_from_the_banners() -> None:
+    assert hosts.parse_cuda_version(BANNER) == "12.8"
+    assert hosts.parse_cuda_version("NVIDIA-SMI has failed") is None
+    assert hosts.parse_cpu_model(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert hosts.parse_cpu_model("processor : 0\nisa : rv64\n") is None
+
+
+def test_an_arm_on_gpu_one_records_that_gpu_and_this_machine() -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: Sequence[str]) -> str | None:
+        calls.append(list(argv))
+        return GPU_CSV if any(a.startswith("--query-gpu=") for a in argv) else BANNER
+
+    host = hosts.this_host("1", run=run)
+    assert host.node == socket.gethostname()
+    assert host.gpu_product == "NVIDIA H200"
+    assert host.gpu_uuids == ["GPU-9e8d7c6b-aaaa-bbbb-cccc-ddddeeeeffff"]
+    assert (host.driver_version, host.cuda_version) == ("570.133.20", "12.8")
+    assert host.cpu_count == os.cpu_count()
+    assert calls[0] == ["nvidia-smi", "--query-gpu=index,name,uuid,driver_version", "--format=csv,noheader"]
+
+
+def test_an_arm_without_gpus_or_without_nvidia_smi_has_no_gpu_facts() -> None:
+    def missing(argv: Sequence[str]) -> str | None:
+        return None
+
+    for host in (hosts.this_host(None, run=lambda argv: GPU_CSV), hosts.this_host("0", run=missing)):
+        assert (host.gpu_product, host.gpu_uuids, host.driver_version, host.cuda_version) == (
+            None,
+            [],
+            None,
+            None,
+        )
+        assert host.node == socket.gethostname()
