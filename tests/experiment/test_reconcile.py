@@ -325,3 +325,28 @@ def test_the_load_starts_with_a_warning_when_the_arms_hosts_differ() -> None:
     assert warning.reason == "PlacementDiffers"
     assert "node: gpu-0 (control) vs gpu-1 (treatment)" in warning.message
     assert "spec.placement.colocate" in warning.message
+
+
+def test_an_arm_that_cannot_join_the_other_under_required_colocation_says_so() -> None:
+    arms = pod(
+        unschedulable="0/2 nodes are available: 1 node(s) didn't match pod affinity rules.",
+        unschedulable_since=T0,
+    )
+    later = T0 + timedelta(seconds=61)
+    required = reconcile.decide(
+        subject(placement={"colocate": "Required"}), at(Phase.DEPLOYING), Observed(arms=arms), later
+    )
+    assert required.status.reason == "Unschedulable"
+    assert "spec.placement.colocate is Required: one node must have GPUs for both arms" in (
+        required.status.message or ""
+    )
+    preferred = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), later)
+    assert "spec.placement.colocate" not in (preferred.status.message or "")
+
+
+def test_where_the_arms_run_is_recorded_while_waiting_for_prometheus() -> None:
+    observed = Observed(arms=ready_arms(), hosts=hosts(node="gpu-1"), scraped=False)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.DEPLOYING
+    env = decision.status.environment
+    assert env is not None and env.host_differences == ["node"]

@@ -241,10 +241,13 @@ def _deploying(
         treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
     )
     current = current.model_copy(update={"arms": arms})
-    failure = _pod_failure(observed, now, timing)
+    failure = _pod_failure(observed, now, timing, colocated=s.placement.colocate is spec.Colocate.REQUIRED)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
+    if ready and observed.hosts:
+        # Where the arms run is known from here on, whatever happens next (it may explain a failure).
+        current = current.model_copy(update={"environment": _environment(s, observed)})
     if ready and observed.scraped is False:
         # Starting the load before Prometheus discovers the arms would lose the first stage's counters.
         if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
@@ -381,7 +384,7 @@ def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Obse
 
 
 def _pod_failure(
-    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False
+    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False, colocated: bool = False
 ) -> tuple[str, str] | None:
     """(reason, message) of the first arm pod that cannot or did not run, or None."""
     for arm in spec.Arm:
@@ -409,7 +412,13 @@ def _pod_failure(
                 return (
                     "Unschedulable",
                     f"{where} cannot be scheduled: {pod.unschedulable}; check spec.engine.resources, "
-                    "nodeSelector and tolerations against your GPU nodes",
+                    "nodeSelector and tolerations against your GPU nodes"
+                    + (
+                        " (spec.placement.colocate is Required: one node must have GPUs for both arms; "
+                        "Preferred lets them land apart)"
+                        if colocated
+                        else ""
+                    ),
                 )
             if restarts_fail and pod.restarts > 0 and pod.last_terminated_reason:
                 return (
