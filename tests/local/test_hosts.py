@@ -64,10 +64,30 @@ def test_an_arm_without_gpus_or_without_nvidia_smi_has_no_gpu_facts() -> None:
         return None
 
     for host in (hosts.this_host(None, run=lambda argv: GPU_CSV), hosts.this_host("0", run=missing)):
-        assert (host.gpu_product, host.gpu_uuids, host.driver_version, host.cuda_version) == (
-            None,
-            [],
-            None,
-            None,
-        )
+        assert (host.gpu_product, host.gpu_uuids, host.driver_version, host.cuda_version) == (None,) * 4
         assert host.node == socket.gethostname()
+
+
+# Captured on the lent H200 on 2026-12-01 (nvidia-smi's two queries and /proc/cpuinfo's model line).
+H200_CSV = "0, NVIDIA H200, GPU-9b8f4456-07bf-1b96-1a42-2a7721ba8774, 580.159.04\n"
+H200_BANNER = (
+    "Tue Dec  1 07:25:15 2026       \n"
+    "+-----------------------------------------------------------------------------------------+\n"
+    "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n"
+)
+H200_CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+
+
+def test_the_lent_h200s_real_output_gives_its_host_block() -> None:
+    host = hosts.host_of(
+        node="vm", gpu_csv=H200_CSV, smi_banner=H200_BANNER, cpuinfo=H200_CPUINFO, cpu_count=16, visible="0"
+    )
+    assert host.wire() == {
+        "node": "vm",
+        "gpuProduct": "NVIDIA H200",
+        "gpuUuids": ["GPU-9b8f4456-07bf-1b96-1a42-2a7721ba8774"],
+        "driverVersion": "580.159.04",
+        "cudaVersion": "13.0",
+        "cpuModel": "Intel(R) Xeon(R) Processor",
+        "cpuCount": 16,
+    }

@@ -130,8 +130,8 @@ class Host(StatusModel):
     """Node name (in `run --local`: the hostname)."""
     gpu_product: str | None = None
     """GPU product (`nvidia.com/gpu.product`, or nvidia-smi's name)."""
-    gpu_uuids: list[str] = Field(default_factory=list)
-    """UUIDs of the arm's GPUs (known in `run --local`; not published by Kubernetes)."""
+    gpu_uuids: list[str] | None = None
+    """UUIDs of the arm's GPUs (known in `run --local`; Kubernetes does not publish them)."""
     driver_version: str | None = None
     """NVIDIA driver version."""
     cuda_version: str | None = None

@@ -82,7 +82,7 @@ def host_of(
     return status.Host(
         node=node,
         gpu_product=", ".join(products) or None,
-        gpu_uuids=[g.uuid for g in gpus],
+        gpu_uuids=[g.uuid for g in gpus] or None,
         driver_version=", ".join(drivers) or None,
         cuda_version=parse_cuda_version(smi_banner or "") if gpus else None,
         cpu_model=parse_cpu_model(cpuinfo or ""),
