@@ -234,6 +234,9 @@ def test_a_treatment_identical_to_the_control_on_a_slower_node_is_flagged(
     assert env["arms"]["treatment"]["speedFactor"] == 1.1
     assert env["arms"]["control"]["vllmVersion"] == env["arms"]["treatment"]["vllmVersion"]
     assert env["hostDifferences"] == ["speedFactor"]
+    assert status["message"].endswith(
+        "the arms ran on different hosts (they differ in speedFactor): the speed-up may partly be the placement"
+    )
     err = capsys.readouterr().err
     assert "warning: the arms ran on different hosts (speedFactor: 1.0 (control) vs 1.1 (treatment))" in err
     assert "placement: the arms ran on different hosts" in err

@@ -68,3 +68,12 @@ def warning(environment: status.Environment) -> str | None:
         "or a slow-down, which the paired interval cannot see; co-locate them "
         "(spec.placement.colocate: Required) or read the speed-up with that in mind"
     )
+
+
+def qualify(message: str, environment: status.Environment | None) -> str:
+    """A verdict's message, with a note when the arms ran on different hosts (so the flag stays in
+    `status.message`, the line pipelines print)."""
+    if environment is None or not environment.host_differences:
+        return message
+    differ = ", ".join(environment.host_differences)
+    return f"{message}; the arms ran on different hosts (they differ in {differ}): the speed-up may partly be the placement"

@@ -341,17 +341,18 @@ def _analyzing(
             )
             return Decision(waiting)
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
+    environment = outcome.environment or current.environment
     done = current.model_copy(
         update={
             "phase": Phase.COMPLETED,
             "verdict": outcome.verdict,
             "reason": outcome.reason,
-            "message": outcome.message,
+            "message": placement.qualify(outcome.message, environment),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
             "speedup_summary": outcome.speedup_summary,
             "validity": outcome.validity,
-            "environment": outcome.environment or current.environment,
+            "environment": environment,
             "results_ref": outcome.results_ref,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
@@ -359,9 +360,7 @@ def _analyzing(
     )
     done = _with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
-    event = Event(
-        kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {outcome.message}"
-    )
+    event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     return Decision(done, _cleanup_actions(subject, done, observed), [event])
 
 

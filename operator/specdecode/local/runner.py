@@ -238,7 +238,11 @@ class _Run:
         analysis = verdict.analyse(self.spec, self.records, windows, validity=getattr(self, "validity", None))
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
         judged = judged.model_copy(
-            update={"completed_at": _now(), "validity": getattr(self, "validity", None)}
+            update={
+                "completed_at": _now(),
+                "validity": getattr(self, "validity", None),
+                "message": placement.qualify(judged.message or "", judged.environment),
+            }
         )
         self.windows = windows
         self._write(judged)
