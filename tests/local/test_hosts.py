@@ -6,7 +6,10 @@ import os
 import socket
 from collections.abc import Sequence
 
-from specdecode.local import hosts
+import httpx
+
+from specdecode.experiment import spec
+from specdecode.local import engines, hosts, runner
 
 GPU_CSV = """\
 0, NVIDIA H200, GPU-3f1a2b4c-0000-1111-2222-333344445555, 570.133.20
@@ -91,3 +94,21 @@ def test_the_lent_h200s_real_output_gives_its_host_block() -> None:
         "cpuModel": "Intel(R) Xeon(R) Processor",
         "cpuCount": 16,
     }
+
+
+def test_an_arm_given_by_a_remote_url_is_recorded_by_its_host_and_its_answers() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": "0.20.0"})
+        return httpx.Response(404, json={"detail": "Not Found"})  # a real vLLM: no /sim/host
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        remote = runner._arm_host(client, engines.Arm(spec.Arm.CONTROL, "http://gpu-7.lab:8000"), None)
+        local = runner._arm_host(client, engines.Arm(spec.Arm.CONTROL, "http://127.0.0.1:8000"), None)
+    assert remote.wire() == {"node": "gpu-7.lab", "vllmVersion": "0.20.0"}  # nothing of this machine
+    assert (local.node, local.cpu_count, local.vllm_version) == (
+        socket.gethostname(),
+        os.cpu_count(),
+        "0.20.0",
+    )
+    assert local.speed_factor is None
