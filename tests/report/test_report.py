@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 from specdecode import cli, exit_status
-from specdecode.experiment import validation, verdict
+from specdecode.experiment import placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ExperimentStatus
+from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -182,3 +182,39 @@ def test_plots_handle_degenerate_input() -> None:
     assert "no data" in svg.intervals("t", [], ylabel="x")
     assert "<circle" in svg.intervals("t", [svg.Interval("a", 1.0, None, None)], ylabel="x", reference=1.1)
     assert "no data" in svg.bars("t", {}, xlabel="p", ylabel="r")
+
+
+def placed(status: ExperimentStatus, treatment_node: str) -> ExperimentStatus:
+    hosts = ArmHosts(
+        control=Host(node="gpu-0", gpu_product="NVIDIA-H200", gpu_uuids=["GPU-aaa"]),
+        treatment=Host(node=treatment_node, gpu_product="NVIDIA-H200", gpu_uuids=["GPU-bbb"]),
+    )
+    return status.model_copy(update={"environment": placement.with_hosts(Environment(), hosts)})
+
+
+def test_report_shows_each_arms_host_and_marks_what_differs(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    html = render_html(placed(status, "gpu-1"), records, windows, spec)
+    assert (
+        "<tr><th class=l>node</th><td class=l>gpu-0</td><td class=l>gpu-1</td><td class=l><b>differs</b>"
+        in html
+    )
+    assert "<td class=l>GPU-aaa</td><td class=l>GPU-bbb</td><td></td>" in html
+    assert (
+        "<b>Placement:</b> the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))"
+        in html
+    )
+    same = render_html(placed(status, "gpu-0"), records, windows, spec)
+    assert "differs" not in same and "Placement:" not in same
+
+
+def test_terminal_says_where_each_arm_ran_and_warns_when_the_hosts_differ(finished: Finished) -> None:
+    def shown(status: ExperimentStatus) -> str:
+        out = io.StringIO()
+        Console(file=out, width=400).print(terminal.render_terminal(status))
+        return out.getvalue()
+
+    text = shown(placed(finished[0], "gpu-1"))
+    assert "hosts: control on gpu-0, treatment on gpu-1" in text
+    assert "placement: the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))" in text
+    assert "placement:" not in shown(placed(finished[0], "gpu-0"))

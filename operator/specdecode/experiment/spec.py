@@ -630,6 +630,28 @@ class Deadlines(Model):
         return parse_duration(self.run)
 
 
+class Colocate(StrEnum):
+    """Whether both arms must share a node (each with its own GPUs)."""
+
+    PREFERRED = "Preferred"
+    """Ask the scheduler to put both arms on one node (preferred pod affinity); they land apart when
+    no node has GPUs for both, and the status says so."""
+    REQUIRED = "Required"
+    """Both arms on one node or not at all: an arm that cannot join the other stays Unschedulable, and
+    the experiment fails after the grace period."""
+    OFF = "Off"
+    """No affinity: the scheduler places each arm on its own."""
+
+
+class PlacementSpec(Model):
+    """Where the arms run. A host's CPU, driver, clocks and neighbours weigh on a small draft's many
+    short passes far more than on the control: arms on different nodes measure the nodes too."""
+
+    colocate: Colocate = Colocate.PREFERRED
+    """`Preferred` (default), `Required` or `Off`: pod affinity on the experiment's label with topology
+    key `kubernetes.io/hostname`."""
+
+
 class Cleanup(StrEnum):
     """What happens to the arms' Deployments once the experiment ends."""
 
@@ -662,6 +684,8 @@ class ExperimentSpec(Model):
     """Where server-side metrics are read (operator: required unless it has a default; local: optional)."""
     deadlines: Deadlines = Field(default_factory=Deadlines)
     """Time limits."""
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    """Where the arms run: on one node by preference (the status records each arm's host)."""
     cleanup: Cleanup = Cleanup.ALWAYS
     """What happens to the arms once the experiment ends."""
 

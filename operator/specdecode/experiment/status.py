@@ -123,6 +123,40 @@ class Arms(StatusModel):
     """The arm with speculative decoding."""
 
 
+class Host(StatusModel):
+    """Where one arm ran: the facts of its host that can move a latency (issue 22)."""
+
+    node: str | None = None
+    """Node name (in `run --local`: the hostname)."""
+    gpu_product: str | None = None
+    """GPU product (`nvidia.com/gpu.product`, or nvidia-smi's name)."""
+    gpu_uuids: list[str] | None = None
+    """UUIDs of the arm's GPUs (known in `run --local`; Kubernetes does not publish them)."""
+    driver_version: str | None = None
+    """NVIDIA driver version."""
+    cuda_version: str | None = None
+    """CUDA version the driver supports (GPU Feature Discovery's runtime label, or nvidia-smi's header)."""
+    cpu_model: str | None = None
+    """CPU model (/proc/cpuinfo's model name, or NFD's vendor/family/model id)."""
+    cpu_count: int | None = None
+    """CPUs of the host (the node's capacity)."""
+    instance_type: str | None = None
+    """The node's `node.kubernetes.io/instance-type` label, where present."""
+    vllm_version: str | None = None
+    """The engine's version (`/version`, or the declared `engine.vllmVersion`)."""
+    speed_factor: float | None = None
+    """Simulator only: the simulated host's speed factor (1 = nominal, 1.1 = every step 10% slower)."""
+
+
+class ArmHosts(StatusModel):
+    """Where each arm ran."""
+
+    control: Host | None = None
+    """The control arm's host."""
+    treatment: Host | None = None
+    """The treatment arm's host."""
+
+
 class Environment(StatusModel):
     """Provenance: what was actually measured."""
 
@@ -146,6 +180,11 @@ class Environment(StatusModel):
     """Draft model (or method, for model-free methods)."""
     simulator: dict[str, Any] | None = None
     """Simulator parameters, when the arms were simulated."""
+    arms: ArmHosts | None = None
+    """Where each arm ran (node, GPU, driver, CUDA, CPU, instance type, engine version)."""
+    host_differences: list[str] = Field(default_factory=list)
+    """The host facts in which the arms differ (`node`, `cpuModel`, ...): when not empty, the speed-up
+    may partly be the placement, which the paired interval cannot see."""
 
 
 class Goodput(StatusModel):

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from specdecode.experiment import placement
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -260,6 +261,37 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     return "".join(out)
 
 
+def _hosts_section(status: ExperimentStatus) -> str:
+    """Where each arm ran, side by side; the facts in which the hosts differ are marked."""
+    env = status.environment
+    if env is None or env.arms is None:
+        return "<p class=muted>where the arms ran was not recorded</p>"
+    control = env.arms.control.wire() if env.arms.control else {}
+    treatment = env.arms.treatment.wire() if env.arms.treatment else {}
+    keys = [k for k in (*control, *treatment) if k in control or k in treatment]
+    rows = "".join(
+        f"<tr><th class=l>{escape(k)}</th>"
+        + "".join(f"<td class=l>{escape(_fact(side.get(k)))}</td>" for side in (control, treatment))
+        + ("<td class=l><b>differs</b></td>" if k in env.host_differences else "<td></td>")
+        + "</tr>"
+        for k in dict.fromkeys(keys)
+    )
+    warning = placement.warning(env)
+    note = f"<p><b>Placement:</b> {escape(warning)}</p>" if warning else ""
+    return (
+        note
+        + "<table><tr><th class=l>host</th><th class=l>control</th><th class=l>treatment</th><th></th></tr>"
+        + rows
+        + "</table>"
+    )
+
+
+def _fact(value: object) -> str:
+    if value is None:
+        return "–"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def render_html(
     status: ExperimentStatus,
     records: Sequence[RequestRecord],
@@ -331,7 +363,10 @@ def render_html(
             + "</table>"
         )
     body.append("<h2>Provenance</h2>")
+    body.append(_hosts_section(status))
     env = status.environment.wire() if status.environment is not None else {}
+    env.pop("arms", None)
+    env.pop("hostDifferences", None)
     prov = {
         "model": spec.model,
         "modelRevision": spec.model_revision or None,

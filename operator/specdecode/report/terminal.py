@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from specdecode.experiment import placement
 from specdecode.experiment.status import ExperimentStatus, Goodput
 
 _STYLE = {
@@ -86,6 +87,18 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         parts.append(
             Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
         )
+
+    if env is not None and env.arms is not None:
+        where = {
+            arm: host.node
+            for arm, host in (("control", env.arms.control), ("treatment", env.arms.treatment))
+            if host is not None and host.node
+        }
+        if where:
+            parts.append(Text("hosts: " + ", ".join(f"{arm} on {node}" for arm, node in where.items())))
+        warning = placement.warning(env)
+        if warning is not None:
+            parts.append(Text(f"placement: {warning}", style="yellow"))
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"
