@@ -35,9 +35,10 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"create", "get", "list", "update", "patch", "delete"},
     ("", "pods"): {"get", "list"},
 }
-# Cluster-scoped, for kopf's scanning.
+# Cluster-scoped: kopf's scanning, and the Nodes the arms run on (provenance, issue 22).
 CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("", "nodes"): {"get"},
 }
 NAMESPACES_RULE: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
 

@@ -596,6 +596,7 @@ class PodRuntime:
             "KUBERNETES_SERVICE_PORT_HTTPS": str(a.api_port),
             "KUBERNETES_PORT": f"tcp://{a.api_host}:{a.api_port}",
             "PYTHONUNBUFFERED": "1",
+            **a.node_env.get(self.spec.get("nodeName", ""), {}),
         }
         for src in c.get("envFrom", []):
             prefix = src.get("prefix", "")
@@ -959,6 +960,9 @@ class NodeAgent:
         self.relay: TcpRelay | None = None
         self.services: dict[tuple[str, str], list[str]] = {}
         self.errors: list[str] = []
+        self.node_env: dict[str, dict[str, str]] = {}
+        """Extra environment of every container started on a node, by node name: the node's own
+        configuration (e.g. `SPECDECODE_SIM_SPEED_FACTOR`, a simulated host's speed). The pod's `env` wins."""
         self.log_file = workdir / "node-agent.log"
         self.api_host = "kubernetes.default.svc"
         self.api_port = 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu_nodes import AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
+from fake_gpu_nodes import AGENT_GPU_NODE_NAMES, AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
 from k8s_cluster import Cluster, wait_for
 from node_agent import NodeAgent, host_path_claim
 from operator_process import OperatorProcess
@@ -351,3 +351,37 @@ def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
     assert status["resultsRef"]["configMap"] == f"{name}-report", detail
     report = operator.get("configmap", f"{name}-report")
     assert "report.html.gz" in report["binaryData"]
+
+
+def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_on(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 22: speculation made neutral (nothing accepted, drafts free, k = 1), the arms forced onto
+    different nodes (5 GPUs each, 8 per node), one node 10% slower: whichever arm lands there, the
+    placement is measured as a 1.1x speed-up or slow-down, and the status says where each arm ran."""
+    name = "placed"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["simulator"].update(
+        {"acceptanceRate": 0.0, "draftCostRatio": 0.0, "draftFixedMs": 0.0}
+    )
+    doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}
+    doc["spec"]["speculative"]["numSpeculativeTokens"] = 1
+    slow = AGENT_GPU_NODE_NAMES[1]
+    node_agent.node_env[slow] = {"SPECDECODE_SIM_SPEED_FACTOR": "1.1"}
+    try:
+        operator.apply(doc)
+        status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    finally:
+        del node_agent.node_env[slow]
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    env = status["environment"]
+    nodes = {arm: env["arms"][arm]["node"] for arm in ("control", "treatment")}
+    assert sorted(nodes.values()) == sorted(AGENT_GPU_NODE_NAMES), detail
+    assert env["hostDifferences"] == ["node"], detail
+    events = [e for e in operator.get("events")["items"] if e.get("reason") == "PlacementDiffers"]
+    assert events and events[0]["type"] == "Warning", detail
+    assert f"node: {nodes['control']} (control) vs {nodes['treatment']} (treatment)" in events[0]["message"]
+    # The placement alone: 1.1x when the control got the slow node, 1/1.1 when the treatment did.
+    placement_effect = 1.1 if nodes["control"] == slow else 1 / 1.1
+    assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(placement_effect, rel=0.04), detail

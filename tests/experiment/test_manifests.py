@@ -303,3 +303,41 @@ def test_every_child_name_is_a_dns_label_for_the_longest_name() -> None:
         assert len(child["metadata"]["name"]) <= 63
         for value in child["metadata"]["labels"].values():
             assert len(value) <= 63
+
+
+def affinity(colocate: str | None) -> list[dict[str, Any] | None]:
+    s = experiment(**({"placement": {"colocate": colocate}} if colocate else {}))
+    return [pod_spec(manifests.build_deployment("exp", s, arm, SETTINGS)).get("affinity") for arm in spec.Arm]
+
+
+TERM = {
+    "labelSelector": {
+        "matchLabels": {"specdecode.io/experiment": "exp", "app.kubernetes.io/component": "engine"}
+    },
+    "topologyKey": "kubernetes.io/hostname",
+}
+
+
+def test_both_arms_prefer_one_node_by_default() -> None:
+    preferred = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": TERM}]
+        }
+    }
+    assert affinity(None) == affinity("Preferred") == [preferred, preferred]
+
+
+def test_required_colocation_is_a_required_pod_affinity_and_off_is_none() -> None:
+    required = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}
+    assert affinity("Required") == [required, required]
+    assert affinity("Off") == [None, None]
+
+
+def test_the_colocation_term_matches_both_arms_pods_and_not_the_load_job() -> None:
+    s = experiment(placement={"colocate": "Required"})
+    wanted = TERM["labelSelector"]["matchLabels"].items()  # type: ignore[index]
+    for arm in spec.Arm:
+        labels = manifests.build_deployment("exp", s, arm, SETTINGS)["spec"]["template"]["metadata"]["labels"]
+        assert wanted <= labels.items()  # each arm matches its own term: the first can land anywhere
+    load = manifests.build_load_job("exp", s, SETTINGS)["spec"]["template"]["metadata"]["labels"]
+    assert not wanted <= load.items()

@@ -332,6 +332,22 @@ def test_analysis_ranges(field: str, value: float) -> None:
     assert any(f.startswith(f"spec.analysis.{field}:") for f in problems(analysis={field: value}))
 
 
+def test_slo_limits_name_the_field_and_need_a_percentile() -> None:
+    found = problems(
+        analysis={
+            "slo": {"ttft": {}, "tpot": {"p90": 0}, "e2e": {"p999": 3}},
+            "guardrails": {"ttftToleranceMs": -1, "maxGoodputDrop": 2},
+        }
+    )
+    joined = "\n".join(found)
+    assert "spec.analysis.slo.ttft: set at least one of p50, p90, p95, p99" in joined
+    assert "spec.analysis.slo.tpot.p90: must be greater than 0" in joined
+    assert "spec.analysis.slo.e2e.p999" in joined
+    assert "spec.analysis.guardrails.ttftToleranceMs: must be greater than or equal to 0" in joined
+    assert "spec.analysis.guardrails.maxGoodputDrop: must be less than or equal to 1" in joined
+    assert problems(analysis={"slo": {"ttft": {"p90": 500}, "e2e": {"p50": 2000, "p99": 10000}}}) == []
+
+
 def test_simulator_parameters_are_range_checked_and_profiles_known() -> None:
     found = problems(engine={"simulator": {"profile": "nope", "acceptanceRate": 1.5, "maxNumSeqs": 0}})
     joined = "\n".join(found)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -104,7 +105,13 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
         observed = replace(
-            observed, scraped=await collect.arms_scraped(subject.spec, namespace, name, settings)
+            observed,
+            scraped=await collect.arms_scraped(subject.spec, namespace, name, settings),
+            hosts=observe.arm_hosts(
+                pods,
+                await _nodes(client, observe.placed_pods(pods).values(), logger),
+                vllm_version=subject.spec.engine.vllm_version,
+            ),
         )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
@@ -133,6 +140,20 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
     memo.metrics.observe(namespace, name, decision.status)
+
+
+async def _nodes(
+    client: kube.Kube, pods: Iterable[Mapping[str, Any]], logger: kopf.Logger
+) -> dict[str, dict[str, Any] | None]:
+    """The Nodes the arms run on, by name; None for one that could not be read."""
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for name in sorted({str(p["spec"]["nodeName"]) for p in pods}):
+        nodes[name] = await client.node(name)
+        if nodes[name] is None:
+            logger.warning(
+                f"cannot read node {name} (the operator needs get on nodes): its facts are not recorded"
+            )
+    return nodes
 
 
 @kopf.on.delete(spec.API_GROUP, spec.API_VERSION, spec.PLURAL, optional=True)

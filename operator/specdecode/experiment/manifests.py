@@ -224,6 +224,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "enableServiceLinks": False,
         "nodeSelector": dict(engine.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
+        **colocation(name, s.placement.colocate),
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
             **({"runAsNonRoot": True} if simulated else {}),
@@ -274,6 +275,25 @@ def model_source_env(engine: spec.EngineSpec) -> list[dict[str, Any]]:
     if engine.offline:
         env += [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "TRANSFORMERS_OFFLINE", "value": "1"}]
     return env
+
+
+def colocation(name: str, colocate: spec.Colocate) -> dict[str, Any]:
+    """The arms' pod affinity to the experiment's engine pods on one host (issue 22); {} when Off.
+
+    Each arm's pod matches the term itself, which lets the scheduler place the first arm anywhere
+    (its rule for a required term that no pod matches yet); the second then joins it.
+    """
+    if colocate is spec.Colocate.OFF:
+        return {}
+    term = {
+        "labelSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    if colocate is spec.Colocate.REQUIRED:
+        rule: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    else:
+        rule = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+    return {"affinity": {"podAffinity": rule}}
 
 
 def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "specdecode.io"
@@ -479,13 +479,79 @@ class Guardrails(Model):
     """Limits that block a promotion whatever the speed-up."""
 
     max_ttft_regression: float | None = Field(default=0.10, ge=0, le=100)
-    """p90 TTFT may get worse by at most this fraction (0.10 = +10%); null disables."""
+    """p90 TTFT may get worse by at most this fraction (0.10 = +10%), unless it rises by no more than
+    `ttftToleranceMs`; null disables."""
+    ttft_tolerance_ms: float = Field(default=50.0, ge=0, le=3_600_000)
+    """A TTFT regression counts only when p90 TTFT also rises by more than this many milliseconds:
+    speculation adds a draft prefill, so TTFT rises a little almost always (H200: +9 ms), which no
+    user perceives next to a faster decode. 0 judges the ratio alone."""
+    max_goodput_drop: float | None = Field(default=0.02, ge=0, le=1)
+    """With `analysis.slo` set: goodput (the fraction of requests meeting every SLO) must not surely
+    drop (its interval's upper bound below 0 blocks a Pass), nor surely drop by more than this
+    (0.02 = 2 points: fails the stage); null disables."""
     max_error_rate: float = Field(default=0.01, ge=0, le=1)
     """Highest tolerated fraction of failed requests in the treatment arm."""
     min_output_match: float = Field(default=0.99, ge=0, le=1)
     """Lowest fraction of treatment outputs equal to the control's under greedy sampling (lossless check)."""
     min_acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     """Lowest acceptable draft acceptance rate; null disables."""
+
+
+class SloLimits(Model):
+    """Latency limits of one metric, in milliseconds, per percentile: `p90: 500` = 90% of requests
+    within 500 ms."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.p50) || has(self.p90) || has(self.p95) || has(self.p99)",
+                "set at least one of p50, p90, p95, p99",
+            )
+        )
+    )
+
+    p50: float | None = Field(default=None, gt=0, le=3_600_000)
+    """Median limit, ms."""
+    p90: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p90 limit, ms."""
+    p95: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p95 limit, ms."""
+    p99: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p99 limit, ms."""
+
+    @model_validator(mode="after")
+    def _one_set(self) -> SloLimits:
+        if not self.limits():
+            raise ValueError("set at least one of p50, p90, p95, p99")
+        return self
+
+    def limits(self) -> list[tuple[int, float]]:
+        """(percentile, ms) of each limit set, lowest percentile first."""
+        pairs = ((50, self.p50), (90, self.p90), (95, self.p95), (99, self.p99))
+        return [(p, ms) for p, ms in pairs if ms is not None]
+
+
+class Slo(Model):
+    """Service-level objectives: what the platform promises its users, per metric and percentile.
+
+    They judge each arm absolutely: an SLO guardrail per limit (the treatment must not miss one the
+    control meets) and goodput (the fraction of requests meeting every SLO) per arm and stage."""
+
+    ttft: SloLimits | None = None
+    """Time to first token, ms."""
+    tpot: SloLimits | None = None
+    """Time per output token after the first, ms."""
+    e2e: SloLimits | None = None
+    """End-to-end request latency, ms."""
+
+    def limits(self) -> list[tuple[str, int, float]]:
+        """(metric, percentile, ms) of every limit set."""
+        return [
+            (metric, p, ms)
+            for metric, limits in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e))
+            if limits is not None
+            for p, ms in limits.limits()
+        ]
 
 
 RequireStages = Literal["all", "any"] | list[str]
@@ -502,6 +568,9 @@ class AnalysisSpec(Model):
     """Confidence level of the intervals, in (0, 1)."""
     guardrails: Guardrails = Field(default_factory=Guardrails)
     """Limits that block a promotion whatever the speed-up."""
+    slo: Slo = Field(default_factory=Slo)
+    """Latency SLOs per metric and percentile (ms); none by default, since they depend on the model,
+    the hardware and the prompts. Setting one adds its guardrail and goodput."""
     require_stages: RequireStages = Field(
         default="all", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
@@ -561,6 +630,28 @@ class Deadlines(Model):
         return parse_duration(self.run)
 
 
+class Colocate(StrEnum):
+    """Whether both arms must share a node (each with its own GPUs)."""
+
+    PREFERRED = "Preferred"
+    """Ask the scheduler to put both arms on one node (preferred pod affinity); they land apart when
+    no node has GPUs for both, and the status says so."""
+    REQUIRED = "Required"
+    """Both arms on one node or not at all: an arm that cannot join the other stays Unschedulable, and
+    the experiment fails after the grace period."""
+    OFF = "Off"
+    """No affinity: the scheduler places each arm on its own."""
+
+
+class PlacementSpec(Model):
+    """Where the arms run. A host's CPU, driver, clocks and neighbours weigh on a small draft's many
+    short passes far more than on the control: arms on different nodes measure the nodes too."""
+
+    colocate: Colocate = Colocate.PREFERRED
+    """`Preferred` (default), `Required` or `Off`: pod affinity on the experiment's label with topology
+    key `kubernetes.io/hostname`."""
+
+
 class Cleanup(StrEnum):
     """What happens to the arms' Deployments once the experiment ends."""
 
@@ -593,6 +684,8 @@ class ExperimentSpec(Model):
     """Where server-side metrics are read (operator: required unless it has a default; local: optional)."""
     deadlines: Deadlines = Field(default_factory=Deadlines)
     """Time limits."""
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    """Where the arms run: on one node by preference (the status records each arm's host)."""
     cleanup: Cleanup = Cleanup.ALWAYS
     """What happens to the arms once the experiment ends."""
 

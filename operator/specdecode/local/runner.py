@@ -25,11 +25,12 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -38,14 +39,15 @@ from rich.console import Console
 from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import documents, records, releases, spec, status, validation, verdict
+from specdecode.experiment import documents, placement, records, releases, spec, status, validation, verdict
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
-from specdecode.local import engines, view
+from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
 EXPERIMENT_FILE = "experiment.yaml"
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class _Run:
         self.loads: dict[spec.Arm, runner.RunResult] = {}
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
+        self.hosts: dict[spec.Arm, status.Host] = {}
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -169,7 +172,7 @@ class _Run:
             arms.attach(
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
-            self._load_together(arms)
+            self._load_together(arms, {})
         elif (kind := engines.engine_kind(self.spec)) == "vllm" and (
             problems := self._use_local_release(arms)
         ):
@@ -180,7 +183,7 @@ class _Run:
                 arms.start(arm, gpus=gpus.get(arm))
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
-            self._load_together(arms)
+            self._load_together(arms, gpus)
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
@@ -207,10 +210,9 @@ class _Run:
         per_arm = max(1, (validation.target_tensor_parallel(self.spec.engine.args) or 1))
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
 
-    def _load_together(self, arms: engines.Engines) -> None:
-        self.status = self.status.model_copy(
-            update={"phase": Phase.RUNNING, "environment": self._environment(arms)}
-        )
+    def _load_together(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
+        self._record_hosts(arms, gpus)
+        self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
         endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
         self._load(arms, endpoints)
 
@@ -222,10 +224,8 @@ class _Run:
             started = arms.start(arm, gpus="0")
             self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
-            update: dict[str, Any] = {"phase": Phase.RUNNING}
-            if self.status.environment is None:
-                update["environment"] = self._environment(arms)
-            self.status = self.status.model_copy(update=update)
+            self._record_hosts(arms, {arm: "0"})
+            self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
             self.loads[arm] = self._load(
                 arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
             )
@@ -332,7 +332,13 @@ class _Run:
             windows = self._prometheus_windows()
         analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
-        judged = judged.model_copy(update={"completed_at": _now(), "validity": self.validity})
+        judged = judged.model_copy(
+            update={
+                "completed_at": _now(),
+                "validity": self.validity,
+                "message": placement.qualify(judged.message or "", judged.environment),
+            }
+        )
         if self.loads:
             judged = self._one_after_the_other(judged)
         self.windows = windows
@@ -340,20 +346,10 @@ class _Run:
         return judged
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """One GPU: each arm's throughput over its own stage window, and a message saying pairs were not simultaneous."""
-        own = {arm: {w.stage: w for w in load.windows} for arm, load in self.loads.items()}
-        stages = []
-        for stage in judged.stages:
-            pairs = verdict.Pairs.of(r for r in self.records if r.stage == stage.name)
-            mine = {spec.Arm.CONTROL: pairs.control, spec.Arm.TREATMENT: pairs.treatment}
-            summaries = {
-                arm.value: verdict.summarise_arm(list(mine[arm].values()), own[arm].get(stage.name))
-                for arm in spec.Arm
-            }
-            stages.append(stage.model_copy(update=summaries))
+        """One GPU: the message says that pairs were not simultaneous."""
         note = "one GPU: the arms ran one after the other on the same prompts and schedule, so pairs were not simultaneous"
         message = f"{judged.message}; {note}" if judged.message else note
-        return judged.model_copy(update={"stages": stages, "message": message})
+        return judged.model_copy(update={"message": message})
 
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
@@ -413,22 +409,45 @@ class _Run:
             write_inputs=False,
         )
 
-    def _environment(self, arms: engines.Engines) -> status.Environment:
-        versions = []
+    def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
+        """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
         with httpx.Client(timeout=2.0) as client:
-            for state in arms.arms.values():
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    versions.append(str(client.get(f"{state.url}/version").json().get("version")))
+            for arm, state in arms.arms.items():
+                if arm not in self.hosts and state.exit_code() is None:
+                    self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
         sim = self.spec.engine.simulator
-        return status.Environment(
+        environment = status.Environment(
             image=None if sim else self.spec.engine.image,
-            vllm_version=versions[0] if versions else None,
             model_revision=self.spec.model_revision or None,
             draft_model=self.spec.speculative.model or self.spec.speculative.method.value,
             simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
-            nodes=["localhost"],
             vllm_rules=(self.release or releases.resolve(self.spec.engine)).describe(),
         )
+        hosts = status.ArmHosts(
+            control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
+        )
+        environment = placement.with_hosts(environment, hosts)
+        self.status = self.status.model_copy(update={"environment": environment})
+        warning = placement.warning(environment)
+        if warning is not None:
+            self.view.message(f"warning: {warning}")
+
+
+def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> status.Host:
+    """An arm's host: this machine when it runs here (started here, or on loopback), else its URL's host.
+
+    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`.
+    """
+    here = arm.process is not None or (urlsplit(arm.url).hostname or "") in _LOOPBACK
+    host = hosts.this_host(gpus) if here else status.Host(node=urlsplit(arm.url).hostname)
+    facts: dict[str, object] = {}
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+        facts["vllm_version"] = str(client.get(f"{arm.url}/version").json()["version"])
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, KeyError):
+        answer = client.get(f"{arm.url}/sim/host")
+        if answer.status_code == 200:
+            facts["speed_factor"] = float(answer.json()["speedFactor"])
+    return host.model_copy(update=facts)
 
 
 def _merged_windows(
