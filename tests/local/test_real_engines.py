@@ -84,6 +84,9 @@ def test_one_gpu_runs_the_arms_one_after_the_other_and_judges_them(
     assert status["validity"]["simultaneous"] is False
     serves = fake_engines.serves()
     assert [(s["arm"], s["cuda_visible_devices"]) for s in serves] == [("control", "0"), ("treatment", "0")]
+    hosts = status["environment"]["arms"]
+    assert hosts["control"]["gpuUuids"] == hosts["treatment"]["gpuUuids"] == [gpu_uuid(0)]
+    assert hosts["treatment"]["cudaVersion"] == "13.0" and hosts["treatment"]["gpuProduct"] == "NVIDIA H200"
     # Both arms measured the same requests, paired by (stage, index).
     measured = [r for r in requests_of(out) if not r["warmup"]]
     by_arm = {
@@ -111,8 +114,16 @@ def test_two_gpus_run_the_arms_side_by_side_one_gpu_each(tmp_path: Path, fake_en
     assert "not simultaneous" not in status["message"]
     cuda = {s["arm"]: s["cuda_visible_devices"] for s in fake_engines.serves()}
     assert cuda == {"control": "0", "treatment": "1"}
+    hosts = status["environment"]["arms"]
+    assert hosts["control"]["gpuUuids"] == [gpu_uuid(0)] and hosts["treatment"]["gpuUuids"] == [gpu_uuid(1)]
     windows = json.loads((out / "windows.json").read_text())
     assert set(windows["windows"][1]["server"]) == {"control", "treatment"}
+
+
+def gpu_uuid(index: int) -> str:
+    """The UUID the fake nvidia-smi gives GPU `index`, as `nvidia-smi -L` lists it."""
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
+    return listing.splitlines()[index].split("UUID: ")[1].rstrip(")")
 
 
 def test_tensor_parallel_arms_get_disjoint_gpus(tmp_path: Path, fake_engines: FakeEngines) -> None:

@@ -3,7 +3,8 @@
 `nvidia-smi -L`: `GPU 0: NVIDIA H200 (UUID: GPU-...)` per GPU.
 `nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`: one CSV line per GPU with the
 fields asked for (name, uuid, driver_version, memory.total, memory.used, index, pci.bus_id); an
-unknown field exits 2 with nvidia-smi's message. Anything else prints a short summary.
+unknown field exits 2 with nvidia-smi's message. Anything else prints the banner (driver and CUDA
+version).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 
 DRIVER = "580.95.05"
+CUDA = "13.0"
 
 
 def fields(index: int) -> dict[str, tuple[str, str]]:
@@ -55,7 +57,10 @@ def main(argv: list[str]) -> int:
             row = fields(i)
             print(", ".join(row[n][0] + (row[n][1] if units else "") for n in names))
         return 0
-    print(f"fake nvidia-smi: {count} x NVIDIA H200, driver {DRIVER}")
+    # the banner of a plain `nvidia-smi` (its table of GPUs and processes is left out)
+    print("+" + "-" * 89 + "+")
+    print(f"| NVIDIA-SMI {DRIVER}              Driver Version: {DRIVER}      CUDA Version: {CUDA}     |")
+    print("+" + "-" * 89 + "+")
     return 0
 
 
