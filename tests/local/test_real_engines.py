@@ -208,8 +208,8 @@ def test_an_enginecore_that_ignores_sigterm_and_outlives_its_server_is_stopped(
     assert fake_engines.enginecores() == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_or_sigterm_to_the_runner_stops_every_process_of_both_arms(
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_sigterm_or_sighup_to_the_runner_stops_every_process_of_both_arms(
     tmp_path: Path, fake_engines: FakeEngines, sig: signal.Signals
 ) -> None:
     fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
@@ -224,7 +224,7 @@ def test_ctrl_c_or_sigterm_to_the_runner_stops_every_process_of_both_arms(
     assert process.returncode == 130, err
     status = result(out)
     assert status["phase"] == "Failed" and status["reason"] == "Interrupted"
-    assert ("SIGTERM" in status["message"]) == (sig == signal.SIGTERM)
+    assert (sig.name if sig != signal.SIGINT else "Ctrl-C") in status["message"]
     assert fake_engines.enginecores() == []
     assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
 

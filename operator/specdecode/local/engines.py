@@ -4,7 +4,7 @@ Each arm runs exactly the command line the operator would render (`manifests.ser
 to 127.0.0.1 on a free port instead of 0.0.0.0:8000. Each arm starts in its own session with a
 token in its environment, so that stopping it stops everything it spawned, children that outlive
 it or ignore SIGTERM included (`processes.py`). `Engines` stops all arms on exit, on failure, on
-Ctrl-C and on SIGTERM to the runner, and a stopped arm's log tail is kept for the error message.
+Ctrl-C and on SIGTERM or SIGHUP to the runner, and a stopped arm's log tail is kept for the error message.
 An arm stopped on purpose (one GPU: control before treatment) is neither waited for nor "crashed".
 """
 
@@ -226,7 +226,7 @@ class Engines:
 
 @contextlib.contextmanager
 def _signals_deferred(*, reraise: bool = True) -> Iterator[None]:
-    """Ctrl-C or SIGTERM arriving while arms are stopped is acted on after the stop (`reraise`), not in the middle.
+    """Ctrl-C, SIGTERM or SIGHUP arriving while arms are stopped is acted on after the stop (`reraise`), not in the middle.
 
     Only the main thread may set handlers; elsewhere this does nothing.
     """
@@ -234,7 +234,7 @@ def _signals_deferred(*, reraise: bool = True) -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     for sig in previous:
         signal.signal(sig, lambda signum, _frame: caught.append(signum))
     try:

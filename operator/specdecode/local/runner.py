@@ -6,8 +6,8 @@ boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/
 `DIR/requests.jsonl`, `DIR/report.html`.
 
 Whatever happens, every process started here is stopped (`engines.py`), and what was measured
-stays in DIR: a crash, an arm that answers only errors, Ctrl-C or SIGTERM writes `result.json` with
-phase Failed and the cause (exit 3; 130 on Ctrl-C or SIGTERM).
+stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
+phase Failed and the cause (exit 3; 130 on Ctrl-C, SIGTERM or SIGHUP).
 
 One GPU (vLLM, fewer than two GPUs): control alone, stopped, then treatment alone, on the same
 prompts and schedule (same plan, same salt); each load writes `DIR/load-<arm>/`, and DIR gets the
@@ -63,7 +63,11 @@ class Options:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM to the runner: handled as Ctrl-C (the arms are stopped, the results so far kept)."""
+    """SIGTERM or SIGHUP to the runner: handled as Ctrl-C (the arms are stopped, the results so far kept)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signal = signal.Signals(signum).name
 
 
 class ArmFailure(Exception):
@@ -96,7 +100,9 @@ def run(path: Path, options: Options) -> int:
         with _sigterm_interrupts():
             final = run_.execute()
     except KeyboardInterrupt as exc:
-        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
+        how = (
+            f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
+        )
         final = run_.failed("Interrupted", f"{how}; the results so far are kept")
         _finish(console, options, final, out)
         return exit_status.INTERRUPTED
@@ -107,19 +113,21 @@ def run(path: Path, options: Options) -> int:
 
 @contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises `Terminated`, so that the arms are stopped as on Ctrl-C (main thread only)."""
+    """SIGTERM and SIGHUP (the terminal closed) raise `Terminated`, so that the arms are stopped as on
+    Ctrl-C: they run in sessions of their own, so nothing else would stop them (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise Terminated
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _finish(console: Console, options: Options, final: ExperimentStatus, out: Path) -> int:
