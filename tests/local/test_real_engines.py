@@ -356,3 +356,21 @@ def test_one_gpu_with_prometheus_asks_for_each_arm_over_its_own_windows(
         assert asked == ends, arm  # each arm only over its own windows, on its own clock
     # the verdict read the treatment's counters from Prometheus (the fake's 1 accepted of 1 drafted)
     assert result(out)["stages"][0]["acceptance"]["sources"]["prometheus"] == 1.0
+
+
+def test_one_gpu_stops_the_treatment_early_by_pairing_it_with_the_control_measured_before(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    """The control runs every request (nothing to pair with yet); the treatment's looks see the control's."""
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")
+    path = write_experiment(tmp_path, stages=[{"name": "c1", "concurrency": 1}], requests=100)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["analysis"]["sequential"] = True
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0, result(out).get("message")
+    status = result(out)
+    assert status["verdict"] == "Promote" and status["stages"][0]["stoppedEarly"], status["message"]
+    measured = [r for r in requests_of(out) if not r["warmup"]]
+    assert len([r for r in measured if r["arm"] == "control"]) == 100
+    assert 20 <= len([r for r in measured if r["arm"] == "treatment"]) < 100
