@@ -80,6 +80,7 @@ def test_one_gpu_runs_the_arms_one_after_the_other_and_judges_them(
     status = result(out)
     assert status["phase"] == "Completed" and status["verdict"] in ("Promote", "Reject", "Inconclusive")
     assert "exited" not in status["message"]
+    assert "one after the other (too few GPUs for both)" in status["message"]
     assert "pairs were not simultaneous" in status["message"]
     assert status["validity"]["simultaneous"] is False
     serves = fake_engines.serves()
@@ -134,6 +135,36 @@ def test_tensor_parallel_arms_get_disjoint_gpus(tmp_path: Path, fake_engines: Fa
     assert run(path, out) == 0, result(out).get("message")
     cuda = {s["arm"]: s["cuda_visible_devices"] for s in fake_engines.serves()}
     assert cuda == {"control": "0,1", "treatment": "2,3"}
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [("2", ["0,1", "0,1"]), ("3", ["0,1", "0,1"])])
+def test_tensor_parallel_arms_without_gpus_for_both_run_one_after_the_other(
+    tmp_path: Path, fake_engines: FakeEngines, gpus: str, expected: list[str]
+) -> None:
+    fake_engines.set("FAKE_NVIDIA_SMI_GPUS", gpus)
+    out = tmp_path / "out"
+    engine = {"args": ["--tensor-parallel-size", "2"], "resources": {"limits": {"nvidia.com/gpu": 2}}}
+    path = write_experiment(tmp_path, engine=engine, requests=20)
+    assert run(path, out) == 0, result(out).get("message")
+    serves = fake_engines.serves()
+    assert [s["arm"] for s in serves] == ["control", "treatment"]
+    assert [s["cuda_visible_devices"] for s in serves] == expected
+    assert "pairs were not simultaneous" in result(out)["message"]
+
+
+def test_too_few_gpus_for_one_arm_fail_the_run_saying_how_many_it_needs(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    out = tmp_path / "out"
+    engine = {"args": ["--tensor-parallel-size", "2"], "resources": {"limits": {"nvidia.com/gpu": 2}}}
+    assert run(write_experiment(tmp_path, engine=engine, requests=20), out) == 3
+    status = result(out)
+    assert status["reason"] == "EngineUnavailable"
+    assert (
+        "each arm needs 2 GPUs (--tensor-parallel-size 2 in spec.engine.args) but nvidia-smi lists 1"
+        in status["message"]
+    )
+    assert fake_engines.serves() == []
 
 
 @pytest.mark.parametrize(("gpus", "arm"), [("1", "control"), ("1", "treatment"), ("2", "treatment")])

@@ -9,7 +9,7 @@ Whatever happens, every process started here is stopped (`engines.py`), and what
 stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
 phase Failed and the cause (exit 3; 130 on Ctrl-C, SIGTERM or SIGHUP).
 
-One GPU (vLLM, fewer than two GPUs): control alone, stopped, then treatment alone, on the same
+One GPU (vLLM with GPUs for one arm only): control alone, stopped, then treatment alone, on the same
 prompts and schedule (same plan, same salt); each load writes `DIR/load-<arm>/`, and DIR gets the
 same files as the paired run: `requests.jsonl` (both arms), `windows.json` (one window per stage with
 each arm's own server metrics; each arm's own windows and clock anchor under `arms`). The treatment's
@@ -185,7 +185,7 @@ class _Run:
             problems := self._use_local_release(arms)
         ):
             return self.failed("InvalidSpec", "; ".join(problems))
-        elif kind == "simulator" or engines.gpu_count() >= 2:
+        elif kind == "simulator" or engines.gpu_count() >= 2 * self._gpus_per_arm():
             gpus = self._gpu_split()
             for arm in spec.Arm:
                 arms.start(arm, gpus=gpus.get(arm))
@@ -195,6 +195,10 @@ class _Run:
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
+
+    def _gpus_per_arm(self) -> int:
+        """GPUs one vLLM arm uses: its tensor-parallel size."""
+        return max(1, validation.target_tensor_parallel(self.spec.engine.args) or 1)
 
     def _use_local_release(self, arms: engines.Engines) -> list[str]:
         """Render for the local vLLM's release (`vllm --version`) unless the spec names one; its rules' problems."""
@@ -215,7 +219,7 @@ class _Run:
     def _gpu_split(self) -> dict[spec.Arm, str]:
         if self.spec.engine.simulator is not None:
             return {}
-        per_arm = max(1, (validation.target_tensor_parallel(self.spec.engine.args) or 1))
+        per_arm = self._gpus_per_arm()
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
 
     def _load_together(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
@@ -225,14 +229,23 @@ class _Run:
         self._load(arms, endpoints)
 
     def _load_one_after_the_other(self, arms: engines.Engines) -> None:
-        """One GPU: each arm alone, on the same prompts and the same schedule (pairs are not simultaneous)."""
-        self.view.message("one GPU: the arms run one after the other on the same prompts and schedule")
+        """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
+        per_arm, count = self._gpus_per_arm(), engines.gpu_count()
+        if count < per_arm:
+            raise engines.EngineError(
+                f"each arm needs {per_arm} GPUs (--tensor-parallel-size {per_arm} in spec.engine.args) "
+                f"but nvidia-smi lists {count}; lower the tensor-parallel size or run where {per_arm} GPUs are"
+            )
+        gpus = ",".join(str(i) for i in range(per_arm))
+        self.view.message(
+            f"{count} GPU(s) for arms of {per_arm}: the arms run one after the other on the same prompts and schedule"
+        )
         (self.out / "requests.jsonl").unlink(missing_ok=True)
         for arm in spec.Arm:
-            started = arms.start(arm, gpus="0")
+            started = arms.start(arm, gpus=gpus)
             self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
-            self._record_hosts(arms, {arm: "0"})
+            self._record_hosts(arms, {arm: gpus})
             self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
             self.loads[arm] = self._load(
                 arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
@@ -354,8 +367,8 @@ class _Run:
         return judged
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """One GPU: the message says that pairs were not simultaneous."""
-        note = "one GPU: the arms ran one after the other on the same prompts and schedule, so pairs were not simultaneous"
+        """Arms one after the other: the message says that pairs were not simultaneous."""
+        note = "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, so pairs were not simultaneous"
         message = f"{judged.message}; {note}" if judged.message else note
         return judged.model_copy(update={"message": message})
 
