@@ -67,7 +67,7 @@ mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/.lock"
 flock 9
 TOTAL_START=$SECONDS
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
 # requirements FILE NAME... : the Requires-Dist lines of a METADATA file for the given names (no extras).
 requirements() {
@@ -99,7 +99,7 @@ install_torch() {
   mapfile -t reqs < <(requirements "$(echo "$tmp"/torch-*.dist-info/METADATA)" \
     filelock typing-extensions sympy networkx jinja2 fsspec cuda-toolkit cuda-bindings \
     nvidia-cudnn-cu13 nvidia-cusparselt-cu13 nvidia-nccl-cu13 nvidia-nvshmem-cu13)
-  "$PYTHON" -m pip install -q --only-binary=:all: --target "$tmp" "${reqs[@]}"
+  "$PYTHON" -m pip install -q --upgrade --only-binary=:all: --target "$tmp" "${reqs[@]}"
   rm -rf "$TORCH_DIR"
   mv "$tmp" "$TORCH_DIR"
   log "installed torch in $((SECONDS - t0)) s ($(du -sh "$TORCH_DIR" | cut -f1))"
