@@ -107,6 +107,8 @@ CASES = [
         },
     ),
     Case("draft_model-extra", {**DRAFT, "extra": {"enforce_eager": True, "max_model_len": 4096}}),
+    # Lossless, said explicitly: 0.20.x spells it `strict` (its default), 0.21.0 and later `standard`.
+    Case("draft_model-standard", {**DRAFT, "extra": {"rejection_sample_method": "standard"}}, since="0.21.0"),
     Case(
         "draft_model-per_batch_size",
         {**DRAFT, "extra": {"num_speculative_tokens_per_batch_size": [[1, 32, 4], [33, 4096, 0]]}},
