@@ -14,8 +14,9 @@ Each case goes as far as vLLM's own code goes without a GPU and without the mode
 2. `validate`: `ServeSubcommand.validate(args)` (`validate_parsed_serve_args`), as `main()` does next.
 3. `engine_args`: `AsyncEngineArgs.from_cli_args(args)`, as the API server does.
 4. `speculative_fields`: every key of the parsed `--speculative-config` must be a field of that release's
-   `SpeculativeConfig`, and its value must pass that field's own pydantic type and constraints (Literal values such
-   as `rejection_sample_method`, `gt=0`, ...). For the synthetic rejection sampler, vLLM's own
+   `SpeculativeConfig`, and its value must pass that field's own validation (pydantic type, Literal values such
+   as `rejection_sample_method`, `gt=0`, field validators such as `attention_backend`'s): `SpeculativeConfig(**config)`
+   validates every field before its `__post_init__` needs the target model. For the synthetic rejection sampler, vLLM's own
    `SpeculativeConfig._resolve_synthetic_acceptance_rates` checks the rates against `num_speculative_tokens`.
 5. `speculative_config`: for the methods that need no model (`ngram`, `ngram_gpu`, `suffix`), the whole
    `SpeculativeConfig` is built by `EngineArgs.create_speculative_config` (its `__post_init__` and model
@@ -34,7 +35,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Annotated, Any
+from typing import Any
 
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
 
@@ -75,30 +76,33 @@ def parse(parser: Any, argv: list[str]) -> Any:
 
 
 def check_speculative_fields(config: dict[str, Any]) -> None:
-    """Each key is a field of this release's SpeculativeConfig, each value passes the field's own validation."""
-    from pydantic import ConfigDict, TypeAdapter, ValidationError
+    """Each key is a field of this release's SpeculativeConfig and each value passes that field's validation.
+
+    pydantic validates every field (types, Literal values, constraints, field validators, unknown keywords)
+    before `__post_init__` runs; without a target model config, `__post_init__` of a method that needs a
+    model then fails on the missing config, which says nothing about the user's keys and is not reported.
+    """
+    from pydantic import ValidationError
     from vllm.config import SpeculativeConfig
 
-    fields = SpeculativeConfig.__pydantic_fields__
     problems = []
-    for key, value in config.items():
-        field = fields.get(key)
-        if field is None:
-            problems.append(f"{key!r} is not a SpeculativeConfig field")
-            continue
-        kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
-        try:
-            TypeAdapter(kind, config=ConfigDict(arbitrary_types_allowed=True)).validate_python(value)
-        except ValidationError as exc:
-            problems.append(f"{key}={value!r}: " + "; ".join(e["msg"] for e in exc.errors()))
-    if config.get("rejection_sample_method") == "synthetic" and not problems:
+    try:
+        SpeculativeConfig(**config)
+    except ValidationError as exc:
+        for error in exc.errors():
+            key = error["loc"][0] if error["loc"] else None
+            if key in config:
+                problems.append(f"{key}={config[key]!r}: {error['msg']}")
+    except Exception:
+        pass  # post-init failed without the target's config: the fields passed
+    if problems:
+        raise ValueError("; ".join(problems))
+    if config.get("rejection_sample_method") == "synthetic":
         SpeculativeConfig._resolve_synthetic_acceptance_rates(
             config["num_speculative_tokens"],
             config.get("synthetic_acceptance_rates"),
             config.get("synthetic_acceptance_length"),
         )
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 def check(parser: Any, command: Any, argv: list[str]) -> dict[str, Any]:
