@@ -327,6 +327,24 @@ def test_the_check_refuses_what_vllm_refuses(release: str, probe: str) -> None:
     assert result["stage"] == PROBES[probe][1], result
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_specdecode_knows_every_speculative_config_field(release: str) -> None:
+    """Each field is settable (a typed field or `extra`) or refused with a hint: none is unknown to validation."""
+    known = (
+        set(validation.SPECULATIVE_EXTRA_KEYS)
+        | set(validation.TYPED_SPECULATIVE_KEYS)
+        | set(validation.SPECULATIVE_KEY_TRAPS)
+    )
+    unknown = sorted(set(answer(release)["speculative"]["fields"]) - known)
+    assert not unknown, f"vLLM {release}'s SpeculativeConfig has fields specdecode does not know: {unknown}"
+
+
+def test_every_method_specdecode_names_exists_in_the_newest_release() -> None:
+    methods = set(answer(RELEASES[-1])["speculative"]["literals"]["method"])
+    missing = sorted({m.value for m in spec.SpeculativeMethod} - methods)
+    assert not missing, f"not a `method` of vLLM {RELEASES[-1]}: {missing}"
+
+
 def test_the_install_script_installs_these_releases() -> None:
     script = INSTALL_SCRIPT.read_text()
     installed = re.search(r'^VLLM_VERSIONS="\$\{VLLM_VERSIONS:-([^}]*)\}"', script, re.MULTILINE)

@@ -4,8 +4,9 @@ Not a test module: `test_vllm_conformance.py` runs it as a script with the inter
 (`hack/install-vllm.sh`), one process per release for all cases, because importing vLLM takes seconds. It imports
 nothing from specdecode. Input on stdin: `[{"id": ..., "argv": ["vllm", "serve", MODEL, ...]}, ...]`.
 Output on stdout, one JSON document:
-`{"release": VERSION, "options": [every option string the serve parser accepts], "results": [{"id", "ok",
-"stage", "error", "ran", "not_run"}, ...]}`.
+`{"release": VERSION, "options": [every option string the serve parser accepts], "speculative": {"fields":
+[SpeculativeConfig fields], "literals": {field: [allowed values]}}, "results": [{"id", "ok", "stage", "error",
+"ran", "not_run"}, ...]}`.
 
 Each case goes as far as vLLM's own code goes without a GPU and without the model's Hugging Face config:
 1. `parse`: the argv after `vllm` is parsed by the parser `vllm serve` builds (a top-level
@@ -35,6 +36,7 @@ import json
 import os
 import sys
 import traceback
+import typing
 from typing import Any
 
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
@@ -144,6 +146,26 @@ def check(parser: Any, command: Any, argv: list[str]) -> dict[str, Any]:
     return {"ok": True, "stage": None, "error": None, "ran": ran, "not_run": not_run}
 
 
+def literal_values(annotation: Any) -> list[str]:
+    """The strings of a (nested, optional) Literal annotation, e.g. SpeculativeConfig.method's."""
+    values: list[str] = []
+    for arg in typing.get_args(annotation):
+        values += [arg] if isinstance(arg, str) else literal_values(arg)
+    return values
+
+
+def speculative_facts() -> dict[str, Any]:
+    """The release's SpeculativeConfig fields and the values of its Literal fields."""
+    from vllm.config import SpeculativeConfig
+
+    fields = SpeculativeConfig.__pydantic_fields__
+    literals = {name: sorted(set(literal_values(f.annotation))) for name, f in fields.items()}
+    return {
+        "fields": sorted(fields),
+        "literals": {name: values for name, values in literals.items() if values},
+    }
+
+
 def main() -> None:
     cases = json.load(sys.stdin)
     # Whatever vLLM logs goes to stderr; stdout carries only the JSON answer.
@@ -158,6 +180,7 @@ def main() -> None:
         "release": vllm.__version__,
         "python": sys.version.split()[0],
         "options": sorted(serve._option_string_actions),
+        "speculative": speculative_facts(),
         "results": results,
     }
     sys.stdout = real_stdout
