@@ -44,3 +44,6 @@ clean:
 # The real control plane, KWOK, helm and Prometheus for the e2e tests (built once per machine).
 include mk/k8s.mk
 unit: k8s-bins
+# vLLM's own CLI parser, oldest and newest supported release, for the conformance tests.
+include mk/vllm.mk
+unit: vllm-parsers
