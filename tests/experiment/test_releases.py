@@ -48,6 +48,8 @@ def test_the_spec_wins_then_local_vllm_then_the_image_tag_then_the_newest_assume
     engine = parsed(image="vllm/vllm-openai:v0.33.0").engine
     assert releases.resolve(engine, local="0.20.0").source is releases.Source.LOCAL
     assert releases.resolve(engine).source is releases.Source.IMAGE_TAG
+    # On this machine (run --local) no image runs: an unreadable local vLLM leaves the release unknown.
+    assert not releases.resolve(engine, local=None, here=True).known
     unknown = releases.resolve(parsed(image="my/vllm:prod").engine)
     assert unknown.version == releases.NEWEST and not unknown.known
     assert "assumed" in unknown.describe() and "spec.engine.vllmVersion" in unknown.describe()

@@ -212,11 +212,12 @@ def _latest(table: tuple[tuple[Version, tuple[str, ...]], ...], version: Version
     return values
 
 
-def resolve(engine: spec.EngineSpec, *, local: str | None = None) -> Release:
-    """The release of an experiment: the spec's, the image tag's, the local vLLM's, or the newest assumed.
+def resolve(engine: spec.EngineSpec, *, local: str | None = None, here: bool = False) -> Release:
+    """The release of an experiment: the spec's, the local vLLM's, the image tag's, or the newest assumed.
 
-    `local` is `vllm --version` of `run --local` on real engines. The simulator speaks the newest
-    release unless the spec names one (which the simulator then follows).
+    `local` is `vllm --version` of `run --local` on real engines; `here` says the arms run on this
+    machine, where no image runs, so its tag says nothing. The simulator speaks the newest release
+    unless the spec names one (which the simulator then follows).
     """
     if engine.vllm_version is not None:
         version = parse(engine.vllm_version)
@@ -226,6 +227,6 @@ def resolve(engine: spec.EngineSpec, *, local: str | None = None) -> Release:
         return Release(NEWEST, Source.SIMULATOR)
     if local is not None and (version := parse(local)) is not None:
         return Release(version, Source.LOCAL)
-    if (version := image_release(engine.image)) is not None:
+    if not here and (version := image_release(engine.image)) is not None:
         return Release(version, Source.IMAGE_TAG)
     return Release(NEWEST, Source.ASSUMED)

@@ -202,7 +202,7 @@ class _Run:
 
     def _use_local_release(self, arms: engines.Engines) -> list[str]:
         """Render for the local vLLM's release (`vllm --version`) unless the spec names one; its rules' problems."""
-        self.release = releases.resolve(self.spec.engine, local=engines.local_vllm_version())
+        self.release = releases.resolve(self.spec.engine, local=engines.local_vllm_version(), here=True)
         arms.release = self.release
         if self.spec.engine.vllm_version is None and self.release.known:
             # The analysis (e.g. the recommendation) reads the release from the spec.
