@@ -130,7 +130,8 @@ def test_pairs_share_prompt_seed_and_intended_time_in_both_arms(fake_server: Sta
     by_key: dict[tuple[str, int], dict[str, records.RequestRecord]] = {}
     for r in recs:
         by_key.setdefault((r.stage, r.index), {})[r.arm] = r
-    assert len(by_key) == 4 + 30 + 30
+    # warm-up, open, the closed stage's warm-up round (after an open-loop stage), closed
+    assert len(by_key) == 4 + 30 + 4 + 30
     for (stage, _index), pair in by_key.items():
         c, t = pair["control"], pair["treatment"]
         assert c.prompt_id == t.prompt_id and c.category == t.category
@@ -255,7 +256,7 @@ def test_scraped_server_counters_become_per_stage_deltas(fake_server: Start, tmp
         scrape_metrics=True,
     )
     result = run(plan, endpoints, tmp_path)
-    windows = [w for w in result.windows if w.stage != "warmup"]
+    windows = [w for w in result.windows if not w.stage.startswith("warmup")]  # warm-up and warm-up rounds
     for w in windows:
         control, treatment = w.server["control"], w.server["treatment"]
         assert control.requests_success == 10 and control.generation_tokens == 240

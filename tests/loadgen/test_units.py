@@ -68,7 +68,7 @@ def test_synthetic_requests_are_greedy_streamed_with_usage_and_unique_nonce_pref
         salt="s1",
     )
     bodies = _bodies(p)
-    assert len(bodies) == 65
+    assert len(bodies) == 5 + 30 + 2 + 30  # warm-up, a, b's warm-up round (2 requests), b
     for b in bodies:
         assert b["temperature"] == 0.0 and b["max_tokens"] == 16 and b["ignore_eos"] is True
         assert b["stream"] is True
@@ -90,11 +90,36 @@ def test_the_builtin_mixed_set_has_four_categories_and_warmup_prompts_disjoint_f
         _spec(dataset={"type": "builtin"}, requestsPerStage=40, warmupRequests=10), Path(), salt="x"
     )
     warm = {r.prompt_id for r in p.stages[0].requests}
-    measured = {r.prompt_id for sp in p.stages[1:] for r in sp.requests}
+    measured = {r.prompt_id for sp in p.stages if not sp.warmup for r in sp.requests}
     assert p.stages[0].warmup and len(warm) == 10 and warm.isdisjoint(measured)
     for r in p.stages[1].requests:
         body = json.loads(r.body)
         assert r.path == workload.CHAT and body["messages"][0]["content"].startswith("[")
+
+
+def test_a_closed_loop_stage_at_a_new_concurrency_opens_with_a_warm_up_round() -> None:
+    """Real vLLM paid ~300 ms TTFT on the first round at a batch size it had not run (real-gpu README)."""
+    stages = [
+        {"name": "c1", "concurrency": 1},
+        {"name": "c4", "concurrency": 4},
+        {"name": "again", "concurrency": 4},
+        {"name": "open", "rate": 3.0},
+        {"name": "c4b", "concurrency": 4},
+    ]
+    p = plan.plan_from_spec(_spec(stages=stages, requestsPerStage=20, warmupRequests=4), Path(), salt="w")
+    assert [(sp.name, sp.warmup, sp.concurrency, len(sp.requests)) for sp in p.stages] == [
+        ("warmup", True, 4, 4),
+        ("warmup-c1", True, 1, 1),
+        ("c1", False, 1, 20),
+        ("warmup-c4", True, 4, 4),
+        ("c4", False, 4, 20),
+        ("again", False, 4, 20),  # the same batch size as just before: no round
+        ("open", False, None, 20),
+        ("warmup-c4b", True, 4, 4),  # after an open-loop stage the batch size is unknown
+        ("c4b", False, 4, 20),
+    ]
+    none = plan.plan_from_spec(_spec(stages=stages, requestsPerStage=20, warmupRequests=0), Path(), salt="w")
+    assert not any(sp.warmup for sp in none.stages)
 
 
 def test_jsonl_prompt_files_accept_prompt_or_messages_and_name_the_bad_line(tmp_path: Path) -> None:

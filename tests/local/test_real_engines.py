@@ -100,8 +100,8 @@ def test_one_gpu_runs_the_arms_one_after_the_other_and_judges_them(
     assert stage["control"]["outputTokensPerSecond"] > 0 and stage["treatment"]["outputTokensPerSecond"] > 0
     # windows.json as when paired, with each arm's own server metrics from its /metrics
     windows = json.loads((out / "windows.json").read_text())
-    assert [w["stage"] for w in windows["windows"]] == ["warmup", "c4"]
-    assert set(windows["windows"][1]["server"]) == {"control", "treatment"}
+    assert [w["stage"] for w in windows["windows"]] == ["warmup", "warmup-c4", "c4"]
+    assert set(windows["windows"][-1]["server"]) == {"control", "treatment"}
     assert set(windows["arms"]) == {"control", "treatment"}
     assert stage["acceptance"] is not None
 
@@ -118,7 +118,7 @@ def test_two_gpus_run_the_arms_side_by_side_one_gpu_each(tmp_path: Path, fake_en
     hosts = status["environment"]["arms"]
     assert hosts["control"]["gpuUuids"] == [gpu_uuid(0)] and hosts["treatment"]["gpuUuids"] == [gpu_uuid(1)]
     windows = json.loads((out / "windows.json").read_text())
-    assert set(windows["windows"][1]["server"]) == {"control", "treatment"}
+    assert set(windows["windows"][-1]["server"]) == {"control", "treatment"}
 
 
 def gpu_uuid(index: int) -> str:

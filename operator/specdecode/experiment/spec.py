@@ -454,7 +454,9 @@ class WorkloadSpec(Model):
     requests_per_stage: int = Field(default=300, ge=1, le=1_000_000)
     """Upper bound of measured requests per stage; sequential analysis may stop a stage earlier."""
     warmup_requests: int = Field(default=20, ge=0, le=100_000)
-    """Warm-up requests before the first stage, with disjoint prompts; excluded from the analysis."""
+    """Warm-up requests before the first stage, with disjoint prompts; excluded from the analysis. A
+    closed-loop stage at a concurrency not run just before also opens with one unmeasured round of that
+    many requests (real vLLM pays a one-time cost at a new batch size)."""
     request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
     """A request that takes longer counts as an error (class `timeout`)."""
 
