@@ -226,6 +226,10 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _loadgen(args: argparse.Namespace) -> int:
+    refused = _other_generation(args)
+    if refused:
+        print(f"specdecode loadgen: {refused}", file=sys.stderr)
+        return exit_status.INVALID
     if not args.results_configmap:
         return _load(args)
     try:
@@ -234,6 +238,28 @@ def _loadgen(args: argparse.Namespace) -> int:
         return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
     finally:
         _upload_results(args)
+
+
+def _other_generation(args: argparse.Namespace) -> str | None:
+    """Why the experiment file is not the `--generation` this Job measures (None: it is, or no
+    generation was asked for): the load never measures one spec while its results are filed under
+    another."""
+    if args.generation is None:
+        return None
+    from specdecode.experiment import documents, manifests
+
+    try:
+        docs = documents.load_documents(args.experiment)
+    except documents.UnreadableFileError as exc:
+        return str(exc)
+    found = manifests.document_generation(docs[0]) if docs and isinstance(docs[0], dict) else None
+    if found == args.generation:
+        return None
+    return (
+        f"{args.experiment} holds the experiment of generation {found if found is not None else '(none)'}, "
+        f"but this load measures generation {args.generation} (--generation): refusing to measure "
+        "another spec than the one its results would be filed under"
+    )
 
 
 def _upload_between_stages(args: argparse.Namespace, stage: str) -> None:

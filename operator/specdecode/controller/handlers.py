@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from specdecode.controller import collect, kube, observe, results
+from specdecode.controller import collect, kube, observe
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, reconcile, spec, status, validation
@@ -82,7 +82,9 @@ async def reconcile_experiment(
         raise
 
 
-async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger) -> None:
+async def _reconcile(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, *, now: datetime | None = None
+) -> None:
     settings: OperatorSettings = memo.settings
     client: kube.Kube = memo.kube
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
@@ -92,14 +94,14 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
     subject = _subject(name, generation, document)
 
     selector = {manifests.LABEL_EXPERIMENT: name}
-    deployments, pods, jobs, result_maps = await asyncio.gather(
+    deployments, pods, jobs, config_maps = await asyncio.gather(
         client.select(kube.DEPLOYMENT, namespace, selector),
         client.select(kube.POD, namespace, selector),
         client.select(kube.JOB, namespace, selector),
-        client.select(kube.CONFIG_MAP, namespace, {results.LABEL_RESULTS: name}),
+        client.select_metadata(kube.CONFIG_MAP, namespace, selector),
     )
     observed = observe.observe(
-        name, generation, deployments=deployments, pods=pods, jobs=jobs, results=result_maps
+        name, generation, deployments=deployments, pods=pods, jobs=jobs, config_maps=config_maps
     )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
@@ -112,14 +114,15 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
             observed, analysis=await collect.collect(client, body, subject.spec, current, settings)
         )
 
-    decision = reconcile.decide(subject, current, observed, datetime.now(UTC), settings.timing)
+    now = now or datetime.now(UTC)
+    decision = reconcile.decide(subject, current, observed, now, settings.timing)
     running = current.phase is status.Phase.RUNNING and current.observed_generation == generation
     if running and decision.status.phase is status.Phase.FAILED and subject.spec is not None:
         # Measurements already taken are never lost: the stages finished before the failure.
         kept = await collect.salvage(client, body, subject.spec, decision.status, settings)
         decision = replace(decision, status=kept)
     # List items carry no apiVersion/kind: remember which list each came from.
-    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, result_maps)]
+    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]
     stale = [
         (kind, str(o["metadata"]["name"]))
         for kind, items in listed
@@ -162,7 +165,9 @@ async def _apply(
         return
     assert subject.spec is not None
     if action is reconcile.Action.CREATE_ARMS:
-        children = manifests.build_all(name, document, subject.spec, settings.render)
+        children = manifests.build_all(
+            name, document, subject.spec, settings.render, generation=subject.generation
+        )
     else:
         children = [
             manifests.build_load_job(

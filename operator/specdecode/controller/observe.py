@@ -8,7 +8,7 @@ from typing import Any
 
 from specdecode.experiment import manifests, reconcile, spec
 
-GENERATION_ANNOTATION = "specdecode.io/generation"
+GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
 
 
 def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
@@ -102,15 +102,30 @@ def observe(
     deployments: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     jobs: Sequence[Mapping[str, Any]],
-    results: Sequence[Mapping[str, Any]] = (),
+    config_maps: Sequence[Mapping[str, Any]] = (),
 ) -> reconcile.Observed:
-    """Everything the decision function needs, from lists of the experiment's children."""
+    """Everything the decision function needs, from lists of the experiment's children.
+
+    `config_maps`: the experiment's ConfigMaps (metadata is enough). The spec the load Job reads and
+    the results it wrote are stale once built for another generation, like the Deployments and the
+    Job; the report is not (it is replaced by the next generation's).
+    """
     names = manifests.Names(name)
     current = [o for o in [*deployments, *jobs] if generation_of(o) in (None, generation)]
+    measured = [
+        o
+        for o in config_maps
+        if (n := str(o["metadata"]["name"])) == names.spec_config_map
+        or n.startswith(f"{names.results_prefix}-")
+    ]
     stale = tuple(
-        str(o["metadata"]["name"])
-        for o in [*deployments, *jobs, *results]
-        if generation_of(o) not in (None, generation)
+        [
+            str(o["metadata"]["name"])
+            for o in [*deployments, *jobs]
+            if generation_of(o) not in (None, generation)
+        ]
+        # What the load reads or wrote must name its generation: unnamed is stale too.
+        + [str(o["metadata"]["name"]) for o in measured if generation_of(o) != generation]
     )
     by_name = {str(o["metadata"]["name"]): o for o in current}
     arms = {}

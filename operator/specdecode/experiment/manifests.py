@@ -29,6 +29,8 @@ EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
 DATASET_MOUNT = "/etc/specdecode/dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
+GENERATION_ANNOTATION = "specdecode.io/generation"
+"""On every child: the experiment generation (`metadata.generation`) it was built for."""
 
 
 @dataclass(frozen=True)
@@ -286,12 +288,22 @@ def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- the load
 
 
-def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]:
-    """The experiment document, mounted into the load Job (it plans the same stages as the operator)."""
+def build_spec_config_map(
+    name: str, document: dict[str, Any], generation: int | None = None
+) -> dict[str, Any]:
+    """The experiment document, mounted into the load Job (it plans the same stages as the operator).
+
+    The document carries the `generation` it was rendered for (annotation `GENERATION_ANNOTATION`),
+    and the load Job refuses a document of another generation than its `--generation`: a load never
+    measures one spec while its results are filed under another.
+    """
+    metadata: dict[str, Any] = {"name": name}
+    if generation is not None:
+        metadata["annotations"] = {GENERATION_ANNOTATION: str(generation)}
     minimal = {
         "apiVersion": document.get("apiVersion"),
         "kind": document.get("kind"),
-        "metadata": {"name": name},
+        "metadata": metadata,
         "spec": document["spec"],
     }
     return {
@@ -300,6 +312,14 @@ def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]
         "metadata": {"name": Names(name).spec_config_map, "labels": labels(name, component="load")},
         "data": {EXPERIMENT_FILE: yaml.safe_dump(minimal, sort_keys=False)},
     }
+
+
+def document_generation(document: dict[str, Any]) -> int | None:
+    """The generation an experiment document was rendered for (`build_spec_config_map`), if any."""
+    metadata = document.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = annotations.get(GENERATION_ANNOTATION) if isinstance(annotations, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def build_load_job(
@@ -435,7 +455,12 @@ def build_load_rbac(name: str) -> list[dict[str, Any]]:
 
 
 def build_all(
-    name: str, document: dict[str, Any], s: spec.ExperimentSpec, settings: Settings
+    name: str,
+    document: dict[str, Any],
+    s: spec.ExperimentSpec,
+    settings: Settings,
+    *,
+    generation: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every child, in creation order (arms first: they take longest to become Ready)."""
     return [
@@ -444,7 +469,7 @@ def build_all(
         build_service(name, spec.Arm.CONTROL),
         build_service(name, spec.Arm.TREATMENT),
         build_network_policy(name, settings),
-        build_spec_config_map(name, document),
+        build_spec_config_map(name, document, generation),
         *build_load_rbac(name),
     ]
 

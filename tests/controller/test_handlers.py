@@ -1,0 +1,138 @@
+"""The reconcile handler tick by tick against an in-memory API (`fake_kube.FakeKube`).
+
+Faults that the pure `decide()` cannot see happen here: what the shell reads and writes (which
+ConfigMap the load reads, which results are trusted) and what it does when a call fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specdecode import cli, exit_status
+from specdecode.controller import kube
+from specdecode.experiment import manifests
+from tests.controller.fake_kube import FakeKube, Operator
+from tests.factories import experiment_document
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def document(**workload: Any) -> dict[str, Any]:
+    doc = experiment_document()
+    doc["spec"]["workload"] = {
+        "stages": [{"name": "low", "rate": 1.0}],
+        "requestsPerStage": 100,
+        **workload,
+    }
+    return doc
+
+
+def run(operator: Operator, ticks: int = 1, now: datetime = T0) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for _ in range(ticks):
+        status = asyncio.run(operator.tick(now))
+    return status
+
+
+def loaded_spec(client: FakeKube) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec ConfigMap's annotations and the experiment document the load Job would read."""
+    config_map = client.named(kube.CONFIG_MAP, "exp-spec")
+    return (
+        config_map["metadata"].get("annotations") or {},
+        yaml.safe_load(config_map["data"][manifests.EXPERIMENT_FILE]),
+    )
+
+
+def test_a_spec_edit_gives_the_new_generation_s_load_the_new_workload(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    operator = Operator(client, document())
+    assert run(operator, 2)["phase"] == "Deploying"
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 100
+
+    edited = copy.deepcopy(operator.body["spec"])
+    edited["workload"]["requestsPerStage"] = 1000
+    edited["workload"]["stages"] = [{"name": "low", "rate": 16.0}]
+    operator.edit(edited)
+    status: dict[str, Any] = {}
+    for _ in range(5):
+        status = run(operator)
+        if status.get("phase") == "Deploying" and status.get("observedGeneration") == 2:
+            break
+    assert (status["phase"], status["observedGeneration"]) == ("Deploying", 2)
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "2"
+    assert loaded["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "2"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 1000
+    assert loaded["spec"]["workload"]["stages"] == [{"name": "low", "rate": 16.0}]
+
+
+def test_a_spec_config_map_that_names_no_generation_is_replaced(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """One left by an older operator, or written by someone else, is not read by the load."""
+    client = FakeKube()
+    foreign = manifests.build_spec_config_map("exp", document(requestsPerStage=7))
+    foreign["metadata"]["labels"] = manifests.labels("exp", component="load")
+    client.add(foreign)
+    operator = Operator(client, document())
+    run(operator, 4)
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 100
+
+
+def test_children_are_listed_for_staleness_without_their_data(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Result ConfigMaps can be megabytes each: every tick reads only their metadata."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 3)
+    config_map_reads = [(method, what) for method, kind, what in client.reads if kind == kube.CONFIG_MAP]
+    assert config_map_reads and all(method == "LIST-metadata" for method, _ in config_map_reads)
+
+
+@pytest.mark.parametrize(("written_for", "asked"), [(1, 2), (None, 1)])
+def test_the_load_refuses_an_experiment_file_of_another_generation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written_for: int | None, asked: int
+) -> None:
+    path = tmp_path / "experiment.yaml"
+    rendered = manifests.build_spec_config_map("exp", document(), written_for)
+    path.write_text(rendered["data"][manifests.EXPERIMENT_FILE])
+    code = cli.main(
+        [
+            "loadgen",
+            "--experiment",
+            str(path),
+            "--control-url",
+            "http://127.0.0.1:9",
+            "--treatment-url",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "out"),
+            "--results-configmap",
+            "exp-results",  # no upload is tried: nothing was measured
+            "--generation",
+            str(asked),
+        ]
+    )
+    assert code == exit_status.INVALID
+    err = capsys.readouterr().err
+    assert f"measures generation {asked} (--generation)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_experiment_file_of_its_own_generation_is_accepted() -> None:
+    rendered = manifests.build_spec_config_map("exp", document(), 3)
+    assert manifests.document_generation(yaml.safe_load(rendered["data"][manifests.EXPERIMENT_FILE])) == 3
