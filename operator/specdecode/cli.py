@@ -282,20 +282,35 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import os
 
     from specdecode.controller import kube, results
-    from specdecode.experiment import documents, spec
+    from specdecode.experiment import documents, manifests, spec
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
-    owner = None
+    owners = []
     if args.owner_uid:
-        owner = {
-            "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-            "kind": spec.KIND,
-            "name": name,
-            "uid": args.owner_uid,
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }
+        owners.append(
+            {
+                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+                "kind": spec.KIND,
+                "name": name,
+                "uid": args.owner_uid,
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        )
+    job_uid = os.environ.get(manifests.JOB_UID_ENV)
+    if job_uid:
+        # The operator trusts only parts its load Job owns (controller/results.py).
+        owners.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": manifests.Names(name).load_job,
+                "uid": job_uid,
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        )
     client = kube.Kube.from_environment()
     try:
         count = asyncio.run(
@@ -305,7 +320,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
                 namespace=namespace,
                 prefix=args.results_configmap,
                 experiment=name,
-                owner=owner,
+                owners=owners,
                 generation=args.generation,
             )
         )

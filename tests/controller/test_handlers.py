@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ import pytest
 import yaml
 
 from specdecode import cli, exit_status
-from specdecode.controller import kube
-from specdecode.experiment import manifests
+from specdecode.controller import kube, results
+from specdecode.controller.settings import OperatorSettings
+from specdecode.experiment import manifests, validation
 from tests.controller.fake_kube import FakeKube, Operator
 from tests.factories import experiment_document
 
@@ -136,3 +138,45 @@ def test_the_load_refuses_an_experiment_file_of_another_generation(
 def test_an_experiment_file_of_its_own_generation_is_accepted() -> None:
     rendered = manifests.build_spec_config_map("exp", document(), 3)
     assert manifests.document_generation(yaml.safe_load(rendered["data"][manifests.EXPERIMENT_FILE])) == 3
+
+
+def analyzing(client: FakeKube, **settings: Any) -> Operator:
+    """An experiment whose load Job finished: the next tick collects its results."""
+    operator = Operator(client, document(), settings=OperatorSettings(**settings))
+    run(operator, 2)  # Pending -> Deploying: children of generation 1 exist
+    operator.body["status"].update(phase="Analyzing", phaseStartedAt=T0.isoformat())
+    job = manifests.build_load_job("exp", validation.parse_experiment(document())[0], manifests.Settings())
+    job["metadata"]["annotations"] = {manifests.GENERATION_ANNOTATION: "1"}
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    client.add(job)
+    return operator
+
+
+def job_owner(client: FakeKube) -> dict[str, Any]:
+    uid = client.named(kube.JOB, "exp-load")["metadata"]["uid"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": "exp-load", "uid": uid}
+
+
+def test_forged_results_end_in_failed_never_in_a_verdict(operator_events: list[tuple[str, str]]) -> None:
+    client = FakeKube()
+    operator = analyzing(client)
+    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):  # no Job owns it
+        client.add(cm)
+    status = run(operator)
+    assert (status["phase"], status["reason"]) == ("Failed", "ResultsUntrusted"), status
+    assert "not owned by the load Job exp-load" in status["message"]
+    assert "verdict" not in status
+
+
+def test_results_too_large_end_in_failed_with_the_limit_named(operator_events: list[tuple[str, str]]) -> None:
+    """Not an operator killed for memory in Analyzing after every restart: a reason, once."""
+    client = FakeKube()
+    operator = analyzing(client, results_max_bytes=2**20)
+    big = results.pack({"requests.jsonl": os.urandom(600_000).hex()})
+    for cm in results.build_config_maps("exp-results", "exp", big, owners=[job_owner(client)], generation=1):
+        client.add(cm)
+    status = run(operator)
+    assert (status["phase"], status["reason"]) == ("Failed", "ResultsTooLarge"), status
+    assert "SPECDECODE_RESULTS_MAX_BYTES" in status["message"]
+    assert "verdict" not in status

@@ -125,13 +125,44 @@ async def store_report(
 ) -> dict[str, Any]:
     """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`."""
     name = str(metadata["name"])
-    html = page.render_html(judged, recs, windows, experiment, name=name)
+    html = await asyncio.to_thread(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
-        "specdecode.io/generation": str(int(metadata.get("generation") or 1))
+        manifests.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
     }
+    if metadata.get("uid"):
+        # Deleting the experiment deletes its report too (as kopf.adopt does for the other children).
+        report["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+                "kind": spec.KIND,
+                "name": name,
+                "uid": str(metadata["uid"]),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     await kube.put(report, str(metadata["namespace"]))
     return report
+
+
+async def read_results(
+    kube: Kube, metadata: Mapping[str, Any], settings: OperatorSettings, *, job_uid: str | None
+) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+    """The results that this generation's load Job (`job_uid`) stored, parsed off the event loop;
+    raises `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`)."""
+    files = await results.download(
+        kube,
+        namespace=str(metadata["namespace"]),
+        experiment=str(metadata["name"]),
+        generation=int(metadata.get("generation") or 1),
+        job_uid=job_uid,
+        limits=settings.results_limits,
+    )
+    try:
+        return await asyncio.to_thread(parse_results, files)
+    except ValueError as exc:
+        raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
 async def collect(
@@ -140,21 +171,16 @@ async def collect(
     experiment: spec.ExperimentSpec,
     current: status.ExperimentStatus,
     settings: OperatorSettings,
+    *,
+    job_uid: str | None,
 ) -> reconcile.Judgement | reconcile.CollectFailure:
     """Results + Prometheus -> verdict, or why not."""
     metadata = body["metadata"]
-    name, namespace, generation = (
-        metadata["name"],
-        metadata["namespace"],
-        int(metadata.get("generation") or 1),
-    )
+    name, namespace = metadata["name"], metadata["namespace"]
     try:
-        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
-        recs, anchor, windows, summary = parse_results(files)
+        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
     except results.ResultsError as exc:
-        return reconcile.CollectFailure("ResultsMissing", f"{exc}; read the load Job's log")
-    except ValueError as exc:
-        return reconcile.CollectFailure("ResultsCorrupt", f"the load Job's results do not parse: {exc}")
+        return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
     url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
     if url is None:
         return reconcile.CollectFailure(
@@ -175,7 +201,9 @@ async def collect(
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
             f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
-    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    analysis = await asyncio.to_thread(
+        verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+    )
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     judged = analysis.apply(current)
@@ -198,6 +226,8 @@ async def salvage(
     experiment: spec.ExperimentSpec,
     failed: status.ExperimentStatus,
     settings: OperatorSettings,
+    *,
+    job_uid: str | None,
 ) -> status.ExperimentStatus:
     """A run that failed during the load keeps the stages it finished: their statistics go into
     `status.stages` and the report ConfigMap, the experiment stays Failed without a verdict.
@@ -208,11 +238,9 @@ async def salvage(
     """
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
-    generation = int(metadata.get("generation") or 1)
     try:
-        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
-        recs, anchor, windows, summary = parse_results(files)
-    except (results.ResultsError, ValueError):
+        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
+    except results.ResultsError:
         return failed
     stages = {s.name for s in experiment.workload.stages}
     measured = [w.stage for w in windows if w.stage in stages]
@@ -225,7 +253,9 @@ async def salvage(
             windows = await asyncio.to_thread(
                 with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
-    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    analysis = await asyncio.to_thread(
+        verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+    )
     total = len(experiment.workload.stages)
     kept = failed.model_copy(
         update={

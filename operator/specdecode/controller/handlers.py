@@ -111,7 +111,10 @@ async def _reconcile(
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
         observed = replace(
-            observed, analysis=await collect.collect(client, body, subject.spec, current, settings)
+            observed,
+            analysis=await collect.collect(
+                client, body, subject.spec, current, settings, job_uid=observed.job.uid
+            ),
         )
 
     now = now or datetime.now(UTC)
@@ -119,7 +122,9 @@ async def _reconcile(
     running = current.phase is status.Phase.RUNNING and current.observed_generation == generation
     if running and decision.status.phase is status.Phase.FAILED and subject.spec is not None:
         # Measurements already taken are never lost: the stages finished before the failure.
-        kept = await collect.salvage(client, body, subject.spec, decision.status, settings)
+        kept = await collect.salvage(
+            client, body, subject.spec, decision.status, settings, job_uid=observed.job.uid
+        )
         decision = replace(decision, status=kept)
     # List items carry no apiVersion/kind: remember which list each came from.
     listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]

@@ -81,8 +81,9 @@ def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) 
         elif condition.get("type") == "Failed":
             failed, reason, message = True, condition.get("reason"), condition.get("message")
     pod = pod_state(pods[-1]) if pods else None
+    uid = (job.get("metadata") or {}).get("uid")
     return reconcile.JobState(
-        exists=True, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod
+        exists=True, uid=uid, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod
     )
 
 

@@ -29,6 +29,10 @@ EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
 DATASET_MOUNT = "/etc/specdecode/dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
+JOB_UID_ENV = "SPECDECODE_JOB_UID"
+"""The load pod's Job uid (downward API): the results it writes are owned by that Job."""
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+"""Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
 GENERATION_ANNOTATION = "specdecode.io/generation"
 """On every child: the experiment generation (`metadata.generation`) it was built for."""
 
@@ -357,6 +361,10 @@ def build_load_job(
         argv += ["--generation", str(generation)]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {
+            "name": JOB_UID_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_UID_LABEL}']"}},
+        },
     ]
     if s.engine.api_key_secret is not None:
         argv += ["--api-key-env", API_KEY_ENV]

@@ -89,6 +89,8 @@ class JobState:
     """The load Job."""
 
     exists: bool = False
+    uid: str | None = None
+    """The Job's uid: the results it wrote are owned by it."""
     succeeded: bool = False
     failed: bool = False
     reason: str | None = None
