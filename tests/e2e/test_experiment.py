@@ -8,6 +8,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import time
 from collections.abc import Iterator
@@ -162,8 +163,10 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
         if cm["metadata"]["name"].startswith(f"{name}-results")
     ]
     assert results, "the load Job wrote no results ConfigMap"
-    for cm in results:
-        assert [o["uid"] for o in cm["metadata"].get("ownerReferences", [])] == [uid]
+    job_uid = operator.get("job", f"{name}-load")["metadata"]["uid"]
+    for cm in results:  # owned by the experiment (deleted with it) and by the Job that wrote it (trusted)
+        owners = [(o["kind"], o["uid"]) for o in cm["metadata"].get("ownerReferences", [])]
+        assert owners == [("SpecDecodeExperiment", uid), ("Job", job_uid)]
 
     load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
@@ -236,3 +239,37 @@ def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
     assert status["resultsRef"]["configMap"] == f"{name}-report", detail
     report = operator.get("configmap", f"{name}-report")
     assert "report.html.gz" in report["binaryData"]
+
+
+def test_a_workload_edited_while_deploying_is_the_workload_measured(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """`kubectl edit` of the workload restarts the experiment: the new generation's load reads the
+    new generation's `<exp>-spec` (not the old one, kept by create-if-absent), and the results
+    the verdict is computed from are that load's."""
+    name = "edited"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["requestsPerStage"] = 24
+    doc["spec"]["analysis"]["sequential"] = False  # every stage runs all its requests: countable
+    operator.apply(doc)
+    operator.wait_phase(name, "Deploying", timeout=60)
+    edited = copy.deepcopy(doc)
+    edited["spec"]["workload"]["requestsPerStage"] = 40
+    operator.apply(edited)
+    operator.wait("generation 2", lambda: operator.status(name).get("observedGeneration") == 2)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["observedGeneration"] == 2, detail
+    (stage,) = status["stages"]
+    assert stage["control"]["requests"] == 40 and stage["treatment"]["requests"] == 40, detail
+    spec_map = operator.get("configmap", f"{name}-spec")
+    assert spec_map["metadata"]["annotations"]["specdecode.io/generation"] == "2"
+    results = [
+        cm
+        for cm in operator.get("configmaps")["items"]
+        if cm["metadata"]["name"].startswith(f"{name}-results")
+    ]
+    assert results and {cm["metadata"]["annotations"]["specdecode.io/generation"] for cm in results} == {"2"}
+    uid = operator.get("sdx", name)["metadata"]["uid"]
+    report = operator.get("configmap", f"{name}-report")  # deleted with the experiment, not orphaned
+    assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [uid]
