@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from specdecode import cli, exit_status
 from specdecode.controller import kube, results
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, validation
-from tests.controller.fake_kube import FakeKube, Operator
+from tests.controller.fake_kube import FakeKube, Operator, refusal
 from tests.factories import experiment_document
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -180,3 +180,79 @@ def test_results_too_large_end_in_failed_with_the_limit_named(operator_events: l
     assert (status["phase"], status["reason"]) == ("Failed", "ResultsTooLarge"), status
     assert "SPECDECODE_RESULTS_MAX_BYTES" in status["message"]
     assert "verdict" not in status
+
+
+# ------------------------------------------------------------- faults that repeat every tick
+
+INVALID_SELECTOR = (
+    'Deployment.apps "exp-control" is invalid: spec.template.spec.nodeSelector: Invalid value: "H 200": '
+    "a valid label must be an empty string or consist of alphanumeric characters"
+)
+
+
+def test_a_child_the_api_server_refuses_as_invalid_fails_at_once_without_arms(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Not Pending forever with kopf retrying: Failed/ChildRejected with the API server's words."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(422, INVALID_SELECTOR) if (method, kind) == ("POST", kube.DEPLOYMENT) else None
+    )
+    operator = Operator(client, document())
+    status = run(operator, 2)
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildRejected"), status
+    assert "Deployment exp-control (HTTP 422)" in status["message"]
+    assert 'Invalid value: "H 200"' in status["message"]
+    assert "verdict" not in status
+    assert client.names(kube.DEPLOYMENT) == []
+    assert ("ChildRejected", status["message"]) in operator_events
+
+
+def test_an_api_error_on_every_tick_fails_pending_at_the_deploy_deadline(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Pending has no deadline of its own in decide(); a create that fails every tick used to keep
+    it there forever."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(500, "etcdserver: request timed out") if method == "POST" else None
+    )
+    operator = Operator(client, document())
+    run(operator)  # accepted: Pending since T0
+    retrying = run(operator, 3, now=T0 + timedelta(minutes=29))
+    assert retrying["phase"] == "Pending"
+    assert retrying["message"].startswith(
+        "retrying: HTTP 500 from the API server (for Deployment exp-control)"
+    )
+    status = run(operator, now=T0 + timedelta(minutes=31))
+    assert (status["phase"], status["reason"]) == ("Failed", "KubernetesApiError"), status
+    assert "etcdserver: request timed out" in status["message"]
+    assert "spec.deadlines.deploy (30m)" in status["message"]
+
+
+def test_a_list_refused_on_every_tick_fails_at_the_deadline_and_frees_the_gpus(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Nothing can be observed (the operator lost `list pods`): the arms are deleted all the same."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)  # Deploying since T0: both arms created
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    client.refuse = lambda method, kind, obj: (
+        refusal(403, 'pods is forbidden: cannot list resource "pods"')
+        if (method, kind) == ("LIST", kube.POD)
+        else None
+    )
+    assert run(operator, 2, now=T0 + timedelta(minutes=29))["phase"] == "Deploying"
+    status = run(operator, now=T0 + timedelta(minutes=31))
+    assert (status["phase"], status["reason"]) == ("Failed", "KubernetesApiError"), status
+    assert 'cannot list resource "pods"' in status["message"]
+    assert "verdict" not in status
+    assert client.names(kube.DEPLOYMENT) == []  # cleanup: Always
+
+
+def test_the_first_tick_writes_the_pending_phase(operator_events: list[tuple[str, str]]) -> None:
+    """Pending is the status' default: without an explicit write `kubectl get sdx` shows no phase."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: refusal(500, "down") if method == "POST" else None
+    assert run(Operator(client, document()))["phase"] == "Pending"

@@ -122,6 +122,20 @@ def test_an_arm_that_no_gpu_node_fits_fails_unschedulable(operator: OperatorProc
     operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
 
 
+def test_a_child_the_api_server_refuses_fails_the_experiment_at_once(operator: OperatorProcess) -> None:
+    """A label value with a space passes the CRD schema but not the Deployment's validation: HTTP
+    422 on every tick, which kopf alone would retry forever (Pending, no deadline)."""
+    doc = experiment()
+    doc["spec"]["engine"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA H200"}
+    operator.apply(doc)
+    status = operator.wait_phase("exp", "Failed", timeout=60)
+    assert status["reason"] == "ChildRejected", status
+    assert "Deployment exp-control (HTTP 422)" in status["message"], status
+    assert "nodeSelector" in status["message"], status
+    assert "verdict" not in status
+    assert names(operator, "deployments") == {}
+
+
 def test_arms_are_owned_by_the_experiment_and_deleting_it_removes_them(operator: OperatorProcess) -> None:
     operator.apply(experiment())
     operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)

@@ -291,3 +291,68 @@ def test_arms_prometheus_never_scrapes_fail_at_the_deploy_deadline() -> None:
     assert decision.status.phase is Phase.FAILED
     assert decision.status.reason == "PrometheusNoData"
     assert decision.status.verdict is None
+
+
+# ------------------------------------------------------------------ faults: a tick that raised
+
+REFUSED = reconcile.Fault("KubernetesApiError", "HTTP 500 from the API server: etcd timeout")
+
+
+@pytest.mark.parametrize(
+    ("phase", "deadline"),
+    [
+        (Phase.PENDING, timedelta(minutes=30)),
+        (Phase.DEPLOYING, timedelta(minutes=30)),
+        (Phase.RUNNING, timedelta(hours=2)),
+        (Phase.ANALYZING, timedelta(minutes=5)),
+    ],
+)
+def test_a_fault_repeating_every_tick_fails_at_the_phase_deadline(phase: Phase, deadline: timedelta) -> None:
+    before = reconcile.decide_after_fault(subject(), at(phase), REFUSED, T0 + deadline - timedelta(seconds=1))
+    assert before.status.phase is phase
+    assert before.status.message == f"retrying: {REFUSED.message}"
+    assert before.actions == []
+    after = reconcile.decide_after_fault(subject(), at(phase), REFUSED, T0 + deadline + timedelta(seconds=1))
+    assert after.status.phase is Phase.FAILED
+    assert after.status.reason == "KubernetesApiError"
+    assert REFUSED.message in (after.status.message or "") and "retried every tick" in (
+        after.status.message or ""
+    )
+    assert after.status.verdict is None
+    assert condition(after.status, "Stalled").status == "True"
+
+
+def test_a_permanent_fault_fails_at_once_and_frees_the_gpus() -> None:
+    invalid = reconcile.Fault(
+        "ChildRejected", "the API server refused Deployment exp-control (HTTP 422)", True
+    )
+    decision = reconcile.decide_after_fault(
+        subject(), at(Phase.DEPLOYING), invalid, T0 + timedelta(seconds=5)
+    )
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ChildRejected")
+    assert decision.actions == [Action.CLEANUP_ARMS]  # nothing observed: the arms may exist
+    assert decision.events[-1].reason == "ChildRejected"
+
+
+def test_a_fault_while_restarting_still_restarts() -> None:
+    """The new generation's Pending is written; Pending retries deleting the stale children."""
+    decision = reconcile.decide_after_fault(subject(generation=2), at(Phase.RUNNING), REFUSED, T0)
+    assert (decision.status.phase, decision.status.observed_generation) == (Phase.PENDING, 2)
+    assert decision.actions == []
+
+
+def test_a_decided_ending_whose_cleanup_fails_is_kept_and_says_so() -> None:
+    ended = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE)), T0
+    )
+    assert ended.actions == [Action.CLEANUP_ARMS]
+    decision = reconcile.decide_after_fault(subject(), at(Phase.ANALYZING), REFUSED, T0, attempted=ended)
+    assert (decision.status.phase, decision.status.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
+    assert "delete Deployments exp-control and exp-treatment by hand" in (decision.status.message or "")
+    assert decision.events[-1].reason == "CleanupFailed"
+    assert decision.actions == []
+
+
+def test_a_terminal_experiment_is_left_as_it_is() -> None:
+    failed = at(Phase.FAILED)
+    assert reconcile.decide_after_fault(subject(), failed, REFUSED, T0).status == failed

@@ -191,6 +191,10 @@ async def collect(
         windows = await asyncio.to_thread(
             with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
         )
+    except prometheus.PrometheusBadResponse as exc:
+        return reconcile.CollectFailure(
+            "PrometheusBadResponse", f"Prometheus answered nonsense: {exc}", transient=True
+        )
     except prometheus.PrometheusUnavailable as exc:
         return reconcile.CollectFailure(
             "PrometheusUnavailable", f"Prometheus did not answer: {exc}", transient=True
@@ -201,9 +205,15 @@ async def collect(
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
             f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
-    analysis = await asyncio.to_thread(
-        verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
-    )
+    try:
+        analysis = await asyncio.to_thread(
+            verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+        )
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        # The same data fails the same way on every try: a reason, not an operator retrying forever.
+        return reconcile.CollectFailure(
+            "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
+        )
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     judged = analysis.apply(current)

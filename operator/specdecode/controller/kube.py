@@ -155,6 +155,19 @@ class Kube:
         return await asyncio.to_thread(call)
 
 
+def refusal(exc: BaseException) -> tuple[int, str] | None:
+    """(HTTP status, the API server's message) of an API error, or None for another exception."""
+    if not isinstance(exc, ApiException):
+        return None
+    message = str(exc.reason or "")
+    try:
+        status = json.loads(exc.body or "{}")
+        message = str(status.get("message") or message) if isinstance(status, dict) else message
+    except (TypeError, ValueError):
+        pass
+    return int(exc.status or 0), message
+
+
 def _kind(obj: Mapping[str, Any]) -> KindRef:
     return (str(obj["apiVersion"]), str(obj["kind"]))
 

@@ -124,6 +124,18 @@ class CollectFailure:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A tick that raised before its decision was carried out: an API call refused, an answer of
+    an unexpected shape. It is retried every tick, but never past the phase's deadline."""
+
+    reason: str
+    """The status reason should it end the experiment (`ChildRejected`, `ReconcileError`, ...)."""
+    message: str
+    permanent: bool = False
+    """Retrying cannot help (the API server refused an object as invalid): fail at once."""
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything the shell saw this tick."""
 
@@ -209,6 +221,56 @@ def decide(
     if current.phase is Phase.RUNNING:
         return _running(subject, subject.spec, current, observed, now, timing)
     return _analyzing(subject, current, observed, now, timing)
+
+
+def decide_after_fault(
+    subject: Subject,
+    current: ExperimentStatus,
+    fault: Fault,
+    now: datetime,
+    timing: Timing | None = None,
+    *,
+    attempted: Decision | None = None,
+    observed: Observed | None = None,
+) -> Decision:
+    """The status after a tick that raised (`attempted`: its decision, when it got that far;
+    `observed`: what it saw, when it got that far: else the arms are taken to exist, so that a
+    failure still frees their GPUs per the cleanup policy).
+
+    A fault that repeats every tick must not skip the deadlines `decide()` would apply: the
+    experiment keeps its phase (the message says what is retried) until the phase's deadline
+    (deploy for Pending and Deploying, run for Running, the analysis grace for Analyzing), then
+    ends in Failed with the fault's reason, never in a verdict. A permanent fault fails at once.
+    A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
+    next tick retries a restart's; an ending's cleanup is reported in the message).
+    """
+    timing = timing or Timing()
+    if current.observed_generation != subject.generation or subject.spec is None:
+        # Deciding needs nothing observed: restart (Pending deletes the stale children) or InvalidSpec.
+        decided = attempted or decide(subject, current, Observed(), now, timing)
+        return Decision(decided.status, [], decided.events)
+    if current.phase.is_terminal:
+        return Decision(current)
+    if attempted is not None and attempted.status.phase.is_terminal:
+        names = " and ".join(f"{subject.name}-{arm.value}" for arm in spec.Arm)
+        note = f"; deleting the arms failed ({fault.message}): delete Deployments {names} by hand"
+        ended = attempted.status.model_copy(update={"message": f"{attempted.status.message}{note}"})
+        return Decision(ended, [], [*attempted.events, Event("Warning", "CleanupFailed", note[2:])])
+    limit, deadline = _phase_deadline(subject.spec, current.phase, timing)
+    if fault.permanent or _elapsed(current, now) > limit:
+        why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
+        assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
+        return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
+    return Decision(current.model_copy(update={"message": f"retrying: {fault.message}"}))
+
+
+def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tuple[timedelta, str]:
+    """How long a phase may last, and its name for messages."""
+    if phase is Phase.RUNNING:
+        return timedelta(seconds=s.deadlines.run_seconds), f"spec.deadlines.run ({s.deadlines.run})"
+    if phase is Phase.ANALYZING:
+        return timing.analysis_grace, f"the analysis grace ({timing.analysis_grace.total_seconds():.0f} s)"
+    return timedelta(seconds=s.deadlines.deploy_seconds), f"spec.deadlines.deploy ({s.deadlines.deploy})"
 
 
 # ----------------------------------------------------------------------------------------- phases
