@@ -114,3 +114,27 @@ def test_job_conditions() -> None:
     }
     assert observe.job_state(done, []).succeeded
     assert not observe.job_state(None, []).exists
+
+
+def test_arm_pods_being_deleted_are_named_and_an_old_generation_s_ignored() -> None:
+    def arm_pod(name: str, generation: int, **metadata: Any) -> dict[str, Any]:
+        p = pod(name, "control", phase="Running")
+        p["metadata"].update(annotations={"specdecode.io/generation": str(generation)}, **metadata)
+        return p
+
+    observed = observe.observe(
+        "exp",
+        2,
+        deployments=[deployment("exp-control", ready=1, generation=2)],
+        pods=[
+            arm_pod("old", 1, deletionTimestamp="2026-12-01T08:00:00Z"),  # the last generation's, terminating
+            arm_pod("evicted", 2, deletionTimestamp="2026-12-01T08:00:00Z"),
+            arm_pod("new", 2, creationTimestamp="2026-12-01T08:00:05Z"),
+        ],
+        jobs=[],
+    )
+    control = observed.arms[spec.Arm.CONTROL]
+    assert control.leaving == ("evicted",)
+    assert [(p.name, p.created) for p in control.pods] == [
+        ("new", datetime(2026, 12, 1, 8, 0, 5, tzinfo=UTC))
+    ]

@@ -273,3 +273,36 @@ def test_a_workload_edited_while_deploying_is_the_workload_measured(
     uid = operator.get("sdx", name)["metadata"]["uid"]
     report = operator.get("configmap", f"{name}-report")  # deleted with the experiment, not orphaned
     assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [uid]
+
+
+def test_an_arm_pod_deleted_during_the_load_fails_without_a_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """A pod deleted (or evicted, preempted, drained) mid-run: its replacement is a cold arm and the
+    requests in flight fail on one side only. That measured a half-dead arm, so no verdict."""
+    name = "disrupted"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["analysis"]["sequential"] = False  # all 80 requests: the load is still running below
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    operator.wait(
+        "the load pod running",
+        lambda: (
+            [
+                p["status"].get("phase")
+                for p in operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+            ]
+            == ["Running"]
+        ),
+        timeout=60,
+    )
+    operator.cluster.kubectl(
+        "delete", "pod", "-n", operator.namespace, "--wait=false",
+        "-l", f"specdecode.io/experiment={name},specdecode.io/arm=treatment",
+    )  # fmt: skip
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert (status["phase"], status["reason"]) == ("Failed", "ArmDisrupted"), detail
+    assert "treatment arm pod" in status["message"], detail
+    assert status.get("verdict") is None, detail
+    operator.wait("the arms deleted (cleanup: Always)", lambda: operator.get("deployments")["items"] == [])

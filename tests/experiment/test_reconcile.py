@@ -356,3 +356,50 @@ def test_a_decided_ending_whose_cleanup_fails_is_kept_and_says_so() -> None:
 def test_a_terminal_experiment_is_left_as_it_is() -> None:
     failed = at(Phase.FAILED)
     assert reconcile.decide_after_fault(subject(), failed, REFUSED, T0).status == failed
+
+
+# ------------------------------------------------------------- arms disrupted during the load
+
+
+@pytest.mark.parametrize(
+    ("treatment", "says"),
+    [
+        (
+            ArmState(
+                exists=True, ready_replicas=1, pods=ready_arms()[spec.Arm.TREATMENT].pods, leaving=("t-1",)
+            ),
+            "treatment arm pod t-1 is being deleted during the load (evicted, preempted, drained or deleted)",
+        ),
+        (
+            ArmState(exists=True, pods=(PodState("t-2", "Running", created=T0 + timedelta(seconds=30)),)),
+            "treatment arm pod t-2 was created during the load, replacing the one measured",
+        ),
+        (ArmState(exists=True), "the treatment arm has no pod during the load"),
+        (ArmState(), "the treatment arm's Deployment was deleted during the load"),
+    ],
+    ids=["being deleted", "replaced", "no pod", "no Deployment"],
+)
+def test_an_arm_lost_during_the_load_fails_without_a_verdict(treatment: ArmState, says: str) -> None:
+    """Not a Reject (the treatment's errors) or an Inconclusive measured against a half-dead arm."""
+    observed = Observed(
+        arms=ready_arms() | {spec.Arm.TREATMENT: treatment}, job=JobState(True, succeeded=True)
+    )
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), observed, T0 + timedelta(minutes=1))
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ArmDisrupted")
+    assert says in (decision.status.message or "")
+    assert decision.status.verdict is None
+
+
+def test_the_pods_that_became_ready_before_the_load_are_the_ones_measured() -> None:
+    arms = {
+        arm: ArmState(
+            exists=True,
+            ready_replicas=1,
+            pods=(PodState(f"{arm}-1", "Running", created=T0 - timedelta(minutes=3)),),
+        )
+        for arm in spec.Arm
+    }
+    decision = reconcile.decide(
+        subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0 + timedelta(minutes=1)
+    )
+    assert decision.status.phase is Phase.RUNNING

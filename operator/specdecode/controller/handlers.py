@@ -308,9 +308,10 @@ async def _apply(
             )
         ]
     for child in children:
-        child["metadata"].setdefault("annotations", {})[observe.GENERATION_ANNOTATION] = str(
-            subject.generation
-        )
+        built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
+        child["metadata"].setdefault("annotations", {}).update(built_for)
+        if child["kind"] == "Deployment":  # and its pods: the old generation's may still be terminating
+            child["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
         kopf.adopt(child, owner=body)
         await _child(
             client.create_if_absent(child, namespace), f"{child['kind']} {child['metadata']['name']}"

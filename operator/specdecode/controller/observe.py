@@ -55,16 +55,23 @@ def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
         last_exit_code=exit_code,
         restarts=restarts,
         image_id=image_id,
+        created=_time((pod.get("metadata") or {}).get("creationTimestamp")),
     )
 
 
 def arm_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> reconcile.ArmState:
-    """One arm from its Deployment and pods (pods being deleted are ignored)."""
+    """One arm from its Deployment and pods (pods being deleted are only named)."""
     if deployment is None:
         return reconcile.ArmState()
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    leaving = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+    live = [p for p in pods if p not in leaving]
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
-    return reconcile.ArmState(exists=True, ready_replicas=ready, pods=tuple(pod_state(p) for p in live))
+    return reconcile.ArmState(
+        exists=True,
+        ready_replicas=ready,
+        pods=tuple(pod_state(p) for p in live),
+        leaving=tuple(str((p.get("metadata") or {}).get("name", "")) for p in leaving),
+    )
 
 
 def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> reconcile.JobState:
@@ -135,6 +142,7 @@ def observe(
             p
             for p in pods
             if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_ARM) == arm.value
+            and generation_of(p) in (None, generation)  # not the old generation's, still terminating
         ]
         arms[arm] = arm_state(by_name.get(names.arm(arm)), arm_pods)
     load_pods = [

@@ -68,6 +68,8 @@ class PodState:
     last_exit_code: int | None = None
     restarts: int = 0
     image_id: str | None = None
+    created: datetime | None = None
+    """metadata.creationTimestamp: a pod created during the load replaced the one measured."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ class ArmState:
     exists: bool = False
     ready_replicas: int = 0
     pods: tuple[PodState, ...] = ()
+    """The arm's live pods (built for this generation, not being deleted)."""
+    leaving: tuple[str, ...] = ()
+    """Names of the arm's pods being deleted: evicted, preempted, drained or deleted by someone."""
 
     @property
     def ready(self) -> bool:
@@ -359,6 +364,9 @@ def _running(
     failure = _pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
+    disrupted = _arm_disruption(observed, current)
+    if disrupted is not None:
+        return _fail(current, subject, now, "ArmDisrupted", disrupted, observed)
     job = observed.job
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
@@ -476,6 +484,34 @@ def _pod_failure(
                 )
             if pod.phase == "Failed":
                 return "PodFailed", f"{where} failed ({pod.last_terminated_reason or 'unknown reason'})"
+    return None
+
+
+def _arm_disruption(observed: Observed, current: ExperimentStatus) -> str | None:
+    """Why an arm is not the one the load started measuring, or None.
+
+    The load would go on against a missing or replacement arm: connection errors on one side, a
+    cold or relocated engine. That ends as a Reject or Inconclusive measured on a half-dead arm,
+    so it is a failure (infrastructure, never a verdict).
+    """
+    since = datetime.fromisoformat(current.phase_started_at) if current.phase_started_at else None
+    void = "; the measurement is void: run the experiment again (cordon or drain GPU nodes between runs)"
+    for arm in spec.Arm:
+        state = observed.arms.get(arm, ArmState())
+        if not state.exists:
+            return f"the {arm.value} arm's Deployment was deleted during the load{void}"
+        if state.leaving:
+            return (
+                f"{arm.value} arm pod {state.leaving[0]} is being deleted during the load "
+                f"(evicted, preempted, drained or deleted){void}"
+            )
+        replaced = [
+            p.name for p in state.pods if since is not None and p.created is not None and p.created > since
+        ]
+        if replaced:
+            return f"{arm.value} arm pod {replaced[0]} was created during the load, replacing the one measured{void}"
+        if not state.pods:
+            return f"the {arm.value} arm has no pod during the load{void}"
     return None
 
 
