@@ -138,3 +138,21 @@ def test_arm_pods_being_deleted_are_named_and_an_old_generation_s_ignored() -> N
     assert [(p.name, p.created) for p in control.pods] == [
         ("new", datetime(2026, 12, 1, 8, 0, 5, tzinfo=UTC))
     ]
+
+
+def test_a_replica_failure_is_reported_with_the_controller_s_message() -> None:
+    refused = deployment("exp-control", generation=1)
+    message = 'pods "exp-control-5d8f-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    refused["status"]["conditions"] = [
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": message,
+            "lastTransitionTime": "2026-12-01T08:00:00Z",
+        },
+    ]
+    state = observe.arm_state(refused, [])
+    assert (state.refused, state.refused_since) == (message, datetime(2026, 12, 1, 8, tzinfo=UTC))
+    assert observe.arm_state(deployment("exp-control"), []).refused is None

@@ -306,3 +306,17 @@ def test_an_arm_pod_deleted_during_the_load_fails_without_a_verdict(
     assert "treatment arm pod" in status["message"], detail
     assert status.get("verdict") is None, detail
     operator.wait("the arms deleted (cleanup: Always)", lambda: operator.get("deployments")["items"] == [])
+
+
+def test_a_simulated_experiment_completes_in_a_namespace_enforcing_pod_security_restricted(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """The simulator arms and the load Job meet `restricted` (real vLLM arms do not: test_operator)."""
+    operator.cluster.kubectl(
+        "label", "namespace", operator.namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    name = "restricted"
+    operator.apply(experiment(name, "h200-8b-draft-tiny"))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail

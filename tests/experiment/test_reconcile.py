@@ -403,3 +403,43 @@ def test_the_pods_that_became_ready_before_the_load_are_the_ones_measured() -> N
         subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0 + timedelta(minutes=1)
     )
     assert decision.status.phase is Phase.RUNNING
+
+
+# ------------------------------------------------------------------- pod creation refused
+
+PSA = 'pods "exp-control-5d8f-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+QUOTA = 'pods "exp-control-5d8f-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=1'
+
+
+def test_pods_that_pod_security_refuses_fail_the_experiment_at_once() -> None:
+    """Not 30 minutes of DeployDeadlineExceeded with a hint about pods that do not exist."""
+    arms = {arm: ArmState(exists=True, refused=PSA, refused_since=T0) for arm in spec.Arm}
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=5)
+    )
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "PodCreationForbidden")
+    message = decision.status.message or ""
+    assert "Pod Security admission refuses the control arm's pod" in message and PSA in message
+    assert "baseline" in message
+    assert decision.actions == [Action.CLEANUP_ARMS]
+
+
+def test_pods_refused_by_a_quota_fail_after_the_grace_period() -> None:
+    arms = ready_arms() | {spec.Arm.CONTROL: ArmState(exists=True, refused=QUOTA, refused_since=T0)}
+    waiting = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=30)
+    )
+    assert waiting.status.phase is Phase.DEPLOYING
+    failed = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=61))
+    assert (failed.status.phase, failed.status.reason) == (Phase.FAILED, "PodCreationForbidden")
+    assert "ResourceQuota" in (failed.status.message or "") and QUOTA in (failed.status.message or "")
+
+
+def test_a_refusal_that_cleared_does_not_fail_an_arm_whose_pod_exists() -> None:
+    arms = ready_arms() | {
+        spec.Arm.CONTROL: ArmState(exists=True, pods=ready_arms()[spec.Arm.CONTROL].pods, refused=PSA)
+    }
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=5)
+    )
+    assert decision.status.phase is not Phase.FAILED

@@ -66,11 +66,18 @@ def arm_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[str, 
     leaving = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
     live = [p for p in pods if p not in leaving]
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    refused = since = None
+    for condition in (deployment.get("status") or {}).get("conditions") or []:
+        if (condition.get("type"), condition.get("status")) == ("ReplicaFailure", "True"):
+            refused = str(condition.get("message") or condition.get("reason") or "FailedCreate")
+            since = _time(condition.get("lastTransitionTime"))
     return reconcile.ArmState(
         exists=True,
         ready_replicas=ready,
         pods=tuple(pod_state(p) for p in live),
         leaving=tuple(str((p.get("metadata") or {}).get("name", "")) for p in leaving),
+        refused=refused,
+        refused_since=since,
     )
 
 

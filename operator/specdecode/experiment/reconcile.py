@@ -82,6 +82,10 @@ class ArmState:
     """The arm's live pods (built for this generation, not being deleted)."""
     leaving: tuple[str, ...] = ()
     """Names of the arm's pods being deleted: evicted, preempted, drained or deleted by someone."""
+    refused: str | None = None
+    """The controller's message while the API server refuses to create the arm's pod (Pod Security
+    admission, a ResourceQuota, a LimitRange): the Deployment's ReplicaFailure condition."""
+    refused_since: datetime | None = None
 
     @property
     def ready(self) -> bool:
@@ -308,7 +312,7 @@ def _deploying(
         treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
     )
     current = current.model_copy(update={"arms": arms})
-    failure = _pod_failure(observed, now, timing)
+    failure = _pod_failure(observed, now, timing) or _creation_refused(observed, now, timing)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
@@ -484,6 +488,32 @@ def _pod_failure(
                 )
             if pod.phase == "Failed":
                 return "PodFailed", f"{where} failed ({pod.last_terminated_reason or 'unknown reason'})"
+    return None
+
+
+def _creation_refused(observed: Observed, now: datetime, timing: Timing) -> tuple[str, str] | None:
+    """(reason, message) when the API server refuses an arm's pod: at once for Pod Security (the
+    namespace's policy will not change by itself), after the unschedulable grace for the rest (a
+    ResourceQuota may free up when another experiment ends). Without it, the arms would wait the
+    whole deploy deadline and fail with a hint about pods that do not exist."""
+    for arm in spec.Arm:
+        state = observed.arms.get(arm, ArmState())
+        if state.refused is None or state.pods:
+            continue
+        if "PodSecurity" in state.refused:
+            return (
+                "PodCreationForbidden",
+                f"the namespace's Pod Security admission refuses the {arm.value} arm's pod: {state.refused}; "
+                "vLLM images run as root, which `restricted` forbids: run real engines in a namespace that "
+                "enforces `baseline` (simulator arms meet `restricted`)",
+            )
+        waited = state.refused_since is None or now - state.refused_since >= timing.unschedulable_grace
+        if waited:
+            return (
+                "PodCreationForbidden",
+                f"the API server refuses the {arm.value} arm's pod: {state.refused}; check the namespace's "
+                "ResourceQuota and LimitRange against spec.engine.resources",
+            )
     return None
 
 
