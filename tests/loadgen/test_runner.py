@@ -356,3 +356,26 @@ def test_the_stop_rule_is_asked_at_the_sequential_designs_planned_looks(
 
     run(plan, endpoints, tmp_path, stop_rule=stop_rule)
     assert asked == [24, 36, 48]
+
+
+def test_a_wrongly_shaped_chunk_is_an_error_record_and_the_run_finishes(
+    fake_server: Start, tmp_path: Path
+) -> None:
+    """It used to kill the parser task: queue.join() never returned, the load hung until its deadline."""
+    dataset = tmp_path / "prompts.jsonl"
+    lines = [{"prompt": f"fine prompt {i}"} for i in range(7)] + [{"prompt": "FAULT:badshape please"}]
+    dataset.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    _, _, endpoints = two_arms(fake_server)
+    plan = plan_mod.plan_from_spec(
+        make_spec(dataset={"type": "jsonl", "path": str(dataset)}, requestsPerStage=8), Path()
+    )
+    out = tmp_path / "out"
+
+    async def bounded() -> runner.RunResult:
+        return await asyncio.wait_for(runner.run(plan, endpoints, out), timeout=30)
+
+    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+        result = loop.run(bounded())
+    assert len(read_records(out)) == 16
+    for arm in ("control", "treatment"):
+        assert result.summary["stages"][0]["arms"][arm]["errors"] == {"malformed_sse": 1}
