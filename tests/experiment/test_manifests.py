@@ -125,6 +125,7 @@ def test_deployment_shape() -> None:
     pod = pod_spec(deployment)
     container = pod["containers"][0]
     assert pod["enableServiceLinks"] is False
+    assert pod["automountServiceAccountToken"] is False  # the engine's image gets no API credentials
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert container["image"] == "vllm/vllm-openai:v0.33.0"
@@ -227,9 +228,7 @@ def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
 def test_load_rbac_only_writes_config_maps() -> None:
     account, role, binding = manifests.build_load_rbac("exp")
     assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "exp-load"
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update", "patch"]}
-    ]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "update"]}]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp-load"}]
 
 

@@ -209,6 +209,8 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "containers": [container],
         # A Service named `vllm` would inject VLLM_PORT=tcp://..., which vLLM refuses (reference §2).
         "enableServiceLinks": False,
+        # The engine (any image the experiment names) has no business with the API server.
+        "automountServiceAccountToken": False,
         "nodeSelector": dict(engine.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
         "securityContext": {
@@ -448,7 +450,8 @@ def build_load_rbac(name: str) -> list[dict[str, Any]]:
                 {
                     "apiGroups": [""],
                     "resources": ["configmaps"],
-                    "verbs": ["create", "get", "update", "patch"],
+                    # results.upload: POST, and PUT over an earlier upload; nothing else
+                    "verbs": ["create", "update"],
                 }
             ],
         },
