@@ -7,8 +7,9 @@ Exit statuses are a contract: 0 success; 1 `--fail-on-reject` and the verdict is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from specdecode import __version__, exit_status
@@ -230,14 +231,50 @@ def _loadgen(args: argparse.Namespace) -> int:
     if refused:
         print(f"specdecode loadgen: {refused}", file=sys.stderr)
         return exit_status.INVALID
-    if not args.results_configmap:
-        return _load(args)
+    with _terminate_as_interrupt():
+        if not args.results_configmap:
+            return _load(args)
+        try:
+            # After every measured stage (a Job killed later keeps what it finished) and at the end,
+            # also after a failure or an interruption: what was measured is never lost.
+            return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
+        finally:
+            _upload_finally(args)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a pod deleted, a Job past its deadline) stops the load as Ctrl-C does: in-flight
+    requests are recorded as cancelled, the files written, and the final upload runs. By default
+    SIGTERM would end the process at once, skipping both."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
     try:
-        # After every measured stage (a Job killed later keeps what it finished) and at the end,
-        # also after a failure or an interruption: what was measured is never lost.
-        return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
+        yield
     finally:
-        _upload_results(args)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _upload_finally(args: argparse.Namespace, *, attempts: int = 4, first_wait: float = 1.0) -> None:
+    """The final upload, retried with backoff (1, 2, 4 s): an API server blip here would otherwise
+    fail the Job, and the experiment as LoadJobFailed, after every stage was measured."""
+    import time
+
+    for attempt in range(attempts):
+        try:
+            _upload_results(args)
+            return
+        except Exception as exc:
+            if attempt == attempts - 1:
+                raise
+            wait = first_wait * 2**attempt
+            print(f"could not store the results ({exc}); trying again in {wait:.0f} s", file=sys.stderr)
+            time.sleep(wait)
 
 
 def _other_generation(args: argparse.Namespace) -> str | None:
