@@ -9,6 +9,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from node_agent import NodeAgent
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
+from specdecode.controller import results
 from specdecode.experiment import sequential
 
 pytestmark = pytest.mark.e2e
@@ -275,11 +277,13 @@ def test_a_workload_edited_while_deploying_is_the_workload_measured(
     assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [uid]
 
 
-def test_an_arm_pod_deleted_during_the_load_fails_without_a_verdict(
-    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+@pytest.mark.parametrize("how", ["deleted", "evicted"])
+def test_an_arm_pod_lost_during_the_load_fails_without_a_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, how: str
 ) -> None:
-    """A pod deleted (or evicted, preempted, drained) mid-run: its replacement is a cold arm and the
-    requests in flight fail on one side only. That measured a half-dead arm, so no verdict."""
+    """A pod deleted, or evicted (what `kubectl drain` and preemption do) mid-run: its replacement
+    is a cold arm and the requests in flight fail on one side only. That measured a half-dead arm,
+    so no verdict."""
     name = "disrupted"
     doc = experiment(name, "h200-8b-draft-tiny")
     doc["spec"]["analysis"]["sequential"] = False  # all 80 requests: the load is still running below
@@ -296,16 +300,67 @@ def test_an_arm_pod_deleted_during_the_load_fails_without_a_verdict(
         ),
         timeout=60,
     )
-    operator.cluster.kubectl(
-        "delete", "pod", "-n", operator.namespace, "--wait=false",
-        "-l", f"specdecode.io/experiment={name},specdecode.io/arm=treatment",
-    )  # fmt: skip
+    arm = f"specdecode.io/experiment={name},specdecode.io/arm=treatment"
+    if how == "deleted":
+        operator.cluster.kubectl("delete", "pod", "-n", operator.namespace, "--wait=false", "-l", arm)
+    else:
+        (pod,) = operator.get("pods", "", "-l", arm)["items"]
+        pod_name = pod["metadata"]["name"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
+        path = f"/api/v1/namespaces/{operator.namespace}/pods/{pod_name}/eviction"
+        operator.cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\noperator:\n{operator.log_tail()}"
     assert (status["phase"], status["reason"]) == ("Failed", "ArmDisrupted"), detail
     assert "treatment arm pod" in status["message"], detail
     assert status.get("verdict") is None, detail
     operator.wait("the arms deleted (cleanup: Always)", lambda: operator.get("deployments")["items"] == [])
+
+
+def test_a_forged_results_config_map_changes_nothing(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Anyone who may create ConfigMaps can label one for the experiment as its only results part:
+    the operator never reads it (nor one forged under the right name: tests/controller)."""
+    name = "exp"
+    forged = results.build_config_maps(
+        "zz-forged", name, results.pack({"requests.jsonl": "FORGED"}), generation=1
+    )[0]
+    operator.cluster.kubectl("apply", "-n", operator.namespace, "-f", "-", input=json.dumps(forged))
+    operator.apply(experiment(name, "h200-8b-draft-tiny"))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
+
+
+def test_an_experiment_deleted_during_the_load_leaves_nothing_behind(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Arms, load, spec, results and report all go with it: no GPU held, nothing orphaned."""
+    name = "deleted"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["stages"] = [{"name": "c1", "concurrency": 1}, {"name": "c2", "concurrency": 1}]
+    doc["spec"]["analysis"]["sequential"] = False
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    operator.wait(
+        "the results of stage c1",
+        lambda: any(
+            cm["metadata"]["name"] == f"{name}-results-0" for cm in operator.get("configmaps")["items"]
+        ),
+        timeout=120,
+    )
+    operator.cluster.kubectl("delete", "sdx", name, "-n", operator.namespace, "--wait=false")
+    selector = f"specdecode.io/experiment={name}"
+
+    def gone() -> bool:
+        left = [
+            operator.get(kind, "", "-l", selector)["items"]
+            for kind in ("deployments", "jobs", "pods", "configmaps", "services", "networkpolicies")
+        ]
+        return not any(left) and not operator.get("sdx")["items"]
+
+    operator.wait("every child of the experiment deleted", gone, timeout=120)
 
 
 def test_a_simulated_experiment_completes_in_a_namespace_enforcing_pod_security_restricted(

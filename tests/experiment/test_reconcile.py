@@ -361,6 +361,18 @@ def test_a_terminal_experiment_is_left_as_it_is() -> None:
 # ------------------------------------------------------------- arms disrupted during the load
 
 
+def loading() -> ExperimentStatus:
+    """Running, with the pods the load measures recorded as when it began (ready_arms' pods)."""
+    entered = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=True), T0)
+    assert entered.status.phase is Phase.RUNNING
+    return entered.status
+
+
+def test_the_load_records_the_pods_it_measures() -> None:
+    arms = loading().arms
+    assert (arms.control.pod, arms.treatment.pod) == ("exp-control-x", "exp-treatment-x")
+
+
 @pytest.mark.parametrize(
     ("treatment", "says"),
     [
@@ -371,10 +383,15 @@ def test_a_terminal_experiment_is_left_as_it_is() -> None:
             "treatment arm pod t-1 is being deleted during the load (evicted, preempted, drained or deleted)",
         ),
         (
-            ArmState(exists=True, pods=(PodState("t-2", "Running", created=T0 + timedelta(seconds=30)),)),
-            "treatment arm pod t-2 was created during the load, replacing the one measured",
+            ArmState(
+                exists=True, ready_replicas=1, pods=(PodState("exp-treatment-y", "Running", ready=True),)
+            ),
+            "treatment arm pod exp-treatment-x, measured since the load began, is gone (pod exp-treatment-y replaced it)",
         ),
-        (ArmState(exists=True), "the treatment arm has no pod during the load"),
+        (
+            ArmState(exists=True),
+            "treatment arm pod exp-treatment-x, measured since the load began, is gone (no pod replaced it yet)",
+        ),
         (ArmState(), "the treatment arm's Deployment was deleted during the load"),
     ],
     ids=["being deleted", "replaced", "no pod", "no Deployment"],
@@ -384,25 +401,16 @@ def test_an_arm_lost_during_the_load_fails_without_a_verdict(treatment: ArmState
     observed = Observed(
         arms=ready_arms() | {spec.Arm.TREATMENT: treatment}, job=JobState(True, succeeded=True)
     )
-    decision = reconcile.decide(subject(), at(Phase.RUNNING), observed, T0 + timedelta(minutes=1))
+    decision = reconcile.decide(subject(), loading(), observed, T0 + timedelta(minutes=1))
     assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ArmDisrupted")
     assert says in (decision.status.message or "")
     assert decision.status.verdict is None
 
 
-def test_the_pods_that_became_ready_before_the_load_are_the_ones_measured() -> None:
-    arms = {
-        arm: ArmState(
-            exists=True,
-            ready_replicas=1,
-            pods=(PodState(f"{arm}-1", "Running", created=T0 - timedelta(minutes=3)),),
-        )
-        for arm in spec.Arm
-    }
-    decision = reconcile.decide(
-        subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0 + timedelta(minutes=1)
-    )
-    assert decision.status.phase is Phase.RUNNING
+def test_the_pods_the_load_began_with_are_the_ones_measured() -> None:
+    observed = Observed(arms=ready_arms(), job=JobState(True, succeeded=True))
+    decision = reconcile.decide(subject(), loading(), observed, T0 + timedelta(minutes=1))
+    assert decision.status.phase is Phase.ANALYZING
 
 
 # ------------------------------------------------------------------- pod creation refused

@@ -55,7 +55,6 @@ def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
         last_exit_code=exit_code,
         restarts=restarts,
         image_id=image_id,
-        created=_time((pod.get("metadata") or {}).get("creationTimestamp")),
     )
 
 

@@ -68,8 +68,6 @@ class PodState:
     last_exit_code: int | None = None
     restarts: int = 0
     image_id: str | None = None
-    created: datetime | None = None
-    """metadata.creationTimestamp: a pod created during the load replaced the one measured."""
 
 
 @dataclass(frozen=True)
@@ -518,16 +516,17 @@ def _creation_refused(observed: Observed, now: datetime, timing: Timing) -> tupl
 
 
 def _arm_disruption(observed: Observed, current: ExperimentStatus) -> str | None:
-    """Why an arm is not the one the load started measuring, or None.
+    """Why an arm is not the one the load started measuring (`status.arms.*.pod`), or None.
 
     The load would go on against a missing or replacement arm: connection errors on one side, a
     cold or relocated engine. That ends as a Reject or Inconclusive measured on a half-dead arm,
     so it is a failure (infrastructure, never a verdict).
     """
-    since = datetime.fromisoformat(current.phase_started_at) if current.phase_started_at else None
     void = "; the measurement is void: run the experiment again (cordon or drain GPU nodes between runs)"
     for arm in spec.Arm:
         state = observed.arms.get(arm, ArmState())
+        measured = getattr(current.arms, arm.value).pod if current.arms is not None else None
+        live = [p.name for p in state.pods]
         if not state.exists:
             return f"the {arm.value} arm's Deployment was deleted during the load{void}"
         if state.leaving:
@@ -535,12 +534,10 @@ def _arm_disruption(observed: Observed, current: ExperimentStatus) -> str | None
                 f"{arm.value} arm pod {state.leaving[0]} is being deleted during the load "
                 f"(evicted, preempted, drained or deleted){void}"
             )
-        replaced = [
-            p.name for p in state.pods if since is not None and p.created is not None and p.created > since
-        ]
-        if replaced:
-            return f"{arm.value} arm pod {replaced[0]} was created during the load, replacing the one measured{void}"
-        if not state.pods:
+        if measured is not None and measured not in live:
+            now = f"pod {live[0]} replaced it" if live else "no pod replaced it yet"
+            return f"{arm.value} arm pod {measured}, measured since the load began, is gone ({now}){void}"
+        if not live:
             return f"the {arm.value} arm has no pod during the load{void}"
     return None
 
@@ -589,7 +586,9 @@ def _fail(
 
 def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
     state = observed.arms.get(arm, ArmState())
-    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas)
+    # The Ready one (one replica, recreated: there is at most one other, starting or terminating).
+    pod = next((p.name for p in state.pods if p.ready), state.pods[0].name if state.pods else None)
+    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas, pod=pod)
 
 
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
