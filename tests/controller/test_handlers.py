@@ -256,3 +256,27 @@ def test_the_first_tick_writes_the_pending_phase(operator_events: list[tuple[str
     client = FakeKube()
     client.refuse = lambda method, kind, obj: refusal(500, "down") if method == "POST" else None
     assert run(Operator(client, document()))["phase"] == "Pending"
+
+
+def test_an_api_server_away_for_a_while_only_delays_the_experiment(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Every call fails (a restarting API server) for some ticks within the deadline: the phase and
+    the children are kept, and the experiment goes on once it is back."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)
+    before = {
+        name: client.named(kube.DEPLOYMENT, name)["metadata"]["uid"] for name in client.names(kube.DEPLOYMENT)
+    }
+    client.refuse = lambda method, kind, obj: refusal(
+        503, "the server is currently unable to handle the request"
+    )
+    away = run(operator, 3, now=T0 + timedelta(minutes=1))
+    assert away["phase"] == "Deploying" and away["message"].startswith("retrying: HTTP 503")
+    client.refuse = lambda method, kind, obj: None
+    back = run(operator, now=T0 + timedelta(minutes=2))
+    assert (back["phase"], back["message"]) == ("Deploying", "creating both arms")  # the retry note is gone
+    assert {
+        name: client.named(kube.DEPLOYMENT, name)["metadata"]["uid"] for name in client.names(kube.DEPLOYMENT)
+    } == before

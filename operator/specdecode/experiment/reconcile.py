@@ -27,6 +27,9 @@ from enum import StrEnum
 from specdecode.experiment import releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
+RETRYING = "retrying: "
+"""How status.message starts while a fault (or a transient collection failure) is retried."""
+
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
 FATAL_WAITING = {
     "ImagePullBackOff": "the image cannot be pulled; check spec.engine.image and the pull secret",
@@ -209,6 +212,10 @@ def decide(
 ) -> Decision:
     """The next status of an experiment, and the actions that lead there."""
     timing = timing or Timing()
+    if current.phase.is_active and (current.message or "").startswith(RETRYING):
+        # This tick did not raise: the fault is over, the phase's own message is back.
+        entered = next((c.message for c in current.conditions if c.type == "Reconciling"), None)
+        current = current.model_copy(update={"message": entered or None})
     if current.observed_generation != subject.generation:
         return _restart(subject, observed, now)
     if current.phase.is_terminal:
@@ -268,7 +275,7 @@ def decide_after_fault(
         why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
         assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
         return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
-    return Decision(current.model_copy(update={"message": f"retrying: {fault.message}"}))
+    return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
 
 
 def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tuple[timedelta, str]:
@@ -401,7 +408,7 @@ def _analyzing(
     if isinstance(outcome, CollectFailure):
         if outcome.transient and _elapsed(current, now) <= timing.analysis_grace:
             waiting = current.model_copy(
-                update={"reason": outcome.reason, "message": f"retrying: {outcome.message}"}
+                update={"reason": outcome.reason, "message": f"{RETRYING}{outcome.message}"}
             )
             return Decision(waiting)
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
