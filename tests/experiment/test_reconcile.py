@@ -451,3 +451,11 @@ def test_a_refusal_that_cleared_does_not_fail_an_arm_whose_pod_exists() -> None:
         subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=5)
     )
     assert decision.status.phase is not Phase.FAILED
+
+
+def test_an_arm_evicted_by_the_kubelet_fails_the_experiment() -> None:
+    """Node pressure: the kubelet ends the pod in phase Failed (reason Evicted)."""
+    arms = ready_arms() | pod(phase="Failed", last_terminated_reason="Evicted")
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "PodFailed")
+    assert "Evicted" in (decision.status.message or "") and decision.status.verdict is None
