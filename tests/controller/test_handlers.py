@@ -172,8 +172,8 @@ def test_forged_results_end_in_failed_never_in_a_verdict(operator_events: list[t
 def test_results_too_large_end_in_failed_with_the_limit_named(operator_events: list[tuple[str, str]]) -> None:
     """Not an operator killed for memory in Analyzing after every restart: a reason, once."""
     client = FakeKube()
-    operator = analyzing(client, results_max_bytes=2**20)
-    big = results.pack({"requests.jsonl": os.urandom(600_000).hex()})
+    operator = analyzing(client, results_max_bytes=2 * 2**20)  # the workload plans ~1.2 MB: it is deployed
+    big = results.pack({"requests.jsonl": os.urandom(1_200_000).hex()})  # 2.4 MB: the run made more
     for cm in results.build_config_maps("exp-results", "exp", big, owners=[job_owner(client)], generation=1):
         client.add(cm)
     status = run(operator)
@@ -280,3 +280,16 @@ def test_an_api_server_away_for_a_while_only_delays_the_experiment(
     assert {
         name: client.named(kube.DEPLOYMENT, name)["metadata"]["uid"] for name in client.names(kube.DEPLOYMENT)
     } == before
+
+
+def test_a_workload_whose_results_the_operator_could_not_read_deploys_nothing(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Better InvalidSpec now than hours of GPUs ending in ResultsTooLarge."""
+    client = FakeKube()
+    huge = document(requestsPerStage=1_000_000, stages=[{"name": f"s{i}", "rate": 1.0} for i in range(32)])
+    status = run(Operator(client, huge), 2)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec"), status
+    assert "more than the 48 MiB the operator reads (SPECDECODE_RESULTS_MAX_BYTES)" in status["message"]
+    assert "lower requestsPerStage" in status["message"]
+    assert client.names(kube.DEPLOYMENT) == []

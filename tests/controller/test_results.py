@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from specdecode.controller import kube, results
-from specdecode.experiment import manifests
+from specdecode.experiment import manifests, validation
 from tests.controller.fake_kube import FakeKube
+from tests.factories import experiment_document
+from tests.report import synthetic
 
 FILES = {"requests.jsonl": '{"a": 1}\n' * 10, "windows.json": "{}", "loadgen-summary.json": "{}"}
 JOB_UID = "job-uid-1"
@@ -188,3 +190,23 @@ def test_an_oversized_part_is_refused() -> None:
     part["binaryData"][results.DATA_KEY] = base64.b64encode(b"x" * (results.PART_BYTES + 100)).decode()
     with pytest.raises(results.ResultsTooLarge, match="larger than a part"):
         download(client)
+
+
+def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None:
+    """The check before deploying may not refuse what would fit: measured bytes >= planned."""
+    doc = experiment_document(
+        workload={
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "requestsPerStage": 50,
+            "warmupRequests": 0,
+            "sampling": {"maxTokens": 256},
+        }
+    )
+    experiment, _ = validation.parse_experiment(doc)
+    recs, _ = synthetic.run(experiment, tokens=256, warmup=0)
+    text = " ".join("tok" for _ in range(256))  # shorter text than real tokens: a conservative record
+    written = sum(len(r.model_copy(update={"text": text}).model_dump_json()) + 1 for r in recs)
+    assert len(recs) == 100
+    assert results.planned_bytes(experiment) <= written
+    assert results.check_size(experiment, results.Limits(max_bytes=written)) is None
+    assert "more than the 0 MiB" in (results.check_size(experiment, results.Limits(max_bytes=1000)) or "")

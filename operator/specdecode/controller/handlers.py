@@ -24,7 +24,7 @@ from typing import Any
 
 import kopf
 
-from specdecode.controller import collect, kube, observe
+from specdecode.controller import collect, kube, observe, results
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, reconcile, spec, status, validation
@@ -94,7 +94,7 @@ async def _reconcile(
     generation = int(body.metadata.get("generation") or 1)
     document = _document(body)
     current = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
-    subject = _subject(name, generation, document)
+    subject = _subject(name, generation, document, settings)
     now = now or datetime.now(UTC)
     observed: reconcile.Observed | None = None
     decision: reconcile.Decision | None = None
@@ -326,11 +326,17 @@ async def _child(call: Awaitable[Any], child: str) -> None:
         raise ChildFailed(child) from exc
 
 
-def _subject(name: str, generation: int, document: dict[str, Any]) -> reconcile.Subject:
+def _subject(
+    name: str, generation: int, document: dict[str, Any], settings: OperatorSettings
+) -> reconcile.Subject:
     problems = [*validation.check_name(name), *validation.check_spec(document.get("spec"))]
     if problems:
         return reconcile.Subject(name, generation, None, [str(p) for p in problems])
-    return reconcile.Subject(name, generation, spec.ExperimentSpec.model_validate(document["spec"]))
+    parsed = spec.ExperimentSpec.model_validate(document["spec"])
+    too_large = results.check_size(parsed, settings.results_limits)
+    if too_large is not None:  # the operator's own limit: `specdecode validate` cannot know it
+        return reconcile.Subject(name, generation, None, [too_large])
+    return reconcile.Subject(name, generation, parsed)
 
 
 def _document(body: kopf.Body) -> dict[str, Any]:

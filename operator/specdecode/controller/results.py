@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from specdecode.controller.kube import CONFIG_MAP, Kube
-from specdecode.experiment import manifests
+from specdecode.experiment import manifests, spec
 
 FILES = ("requests.jsonl", "windows.json", "loadgen-summary.json")
 # ConfigMaps are limited to 1 MiB in total; base64 grows data by 4/3, so 700 KiB of gzip per part.
@@ -94,6 +94,34 @@ class Limits:
     def max_parts(self) -> int:
         """Gzip of incompressible data is barely larger than the data: one part more covers it."""
         return self.max_bytes // PART_BYTES + 2
+
+
+# A request record's JSON: ~600 bytes, plus ~18 per generated token (its stream event and its
+# text). A lower bound: benchmarks/results/memory.py measures 6.3 KB at 256 tokens, this says 5.2.
+RECORD_BYTES, TOKEN_BYTES = 600, 18
+
+
+def planned_bytes(experiment: spec.ExperimentSpec) -> int:
+    """At least how large the load Job's results grow when no stage stops early."""
+    workload = experiment.workload
+    requests = workload.warmup_requests + sum(experiment.stage_requests(s) for s in workload.stages)
+    return 2 * requests * (RECORD_BYTES + TOKEN_BYTES * workload.sampling.max_tokens)
+
+
+def check_size(experiment: spec.ExperimentSpec, limits: Limits) -> str | None:
+    """Why the experiment's results could outgrow what the operator reads (None: they cannot).
+
+    Checked before anything is deployed: better than hours of GPUs ending in ResultsTooLarge.
+    """
+    planned = planned_bytes(experiment)
+    if planned <= limits.max_bytes:
+        return None
+    return (
+        f"spec.workload: up to {_mib(planned)} of results ({len(experiment.workload.stages)} stage(s) of up "
+        f"to {experiment.workload.requests_per_stage} requests of {experiment.workload.sampling.max_tokens} "
+        f"tokens, both arms), more than the {_mib(limits.max_bytes)} the operator reads "
+        "(SPECDECODE_RESULTS_MAX_BYTES); lower requestsPerStage, the stages or sampling.maxTokens"
+    )
 
 
 def pack(files: Mapping[str, str]) -> list[bytes]:
