@@ -293,3 +293,22 @@ def test_a_workload_whose_results_the_operator_could_not_read_deploys_nothing(
     assert "more than the 48 MiB the operator reads (SPECDECODE_RESULTS_MAX_BYTES)" in status["message"]
     assert "lower requestsPerStage" in status["message"]
     assert client.names(kube.DEPLOYMENT) == []
+
+
+def test_a_child_name_taken_by_a_foreign_object_is_never_adopted(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """`<exp>-spec` written by someone else (not labelled, so not found stale) would be the workload
+    the load runs: the experiment waits for the name to be freed, then fails, and never uses it."""
+    client = FakeKube()
+    foreign = manifests.build_spec_config_map("exp", document(requestsPerStage=7), 1)
+    del foreign["metadata"]["labels"]
+    client.add(foreign)
+    operator = Operator(client, document())
+    waiting = run(operator, 3, now=T0 + timedelta(minutes=1))
+    assert waiting["phase"] == "Pending", waiting
+    assert waiting["message"].startswith("retrying: ConfigMap exp-spec exists and is not this experiment's")
+    status = run(operator, now=T0 + timedelta(minutes=32))  # Pending since T0 + 1 min
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildConflict"), status
+    assert client.names(kube.DEPLOYMENT) == [] and client.names(kube.JOB) == []
+    assert loaded_spec(client)[1]["spec"]["workload"]["requestsPerStage"] == 7  # untouched, unused

@@ -10,7 +10,8 @@ deleted, status is reset). Outcomes go to status. A tick that raises (the API se
 child, an answer of an unexpected shape) is not left to kopf's retries, which would skip every
 deadline: `reconcile.decide_after_fault` keeps the phase and retries on the next tick until the
 phase's deadline, then fails with a reason (a child refused as invalid, HTTP 422, at once).
-`ChildFailed` (an API call on one child raised; the cause is chained) is this module's one exception.
+Exceptions: `ChildFailed` (an API call on one child raised; the cause is chained) and its kind
+`ChildNotOwned` (the child's name is taken by an object the experiment does not own).
 """
 
 from __future__ import annotations
@@ -233,9 +234,20 @@ class ChildFailed(Exception):
         self.child = child
 
 
+class ChildNotOwned(ChildFailed):
+    """A child's name is taken by an object this experiment does not own."""
+
+
 def _fault(exc: BaseException) -> reconcile.Fault:
     """What the status says of an exception: the API server's refusal of a child is the spec's
     (422 Invalid: it fails at once), other errors are retried until the phase's deadline."""
+    if isinstance(exc, ChildNotOwned):
+        # Retried: the children of a deleted experiment of the same name may not be collected yet.
+        return reconcile.Fault(
+            "ChildConflict",
+            f"{exc.child} exists and is not this experiment's (no owner reference to it); delete or "
+            "rename it, or give the experiment another name",
+        )
     child = exc.child if isinstance(exc, ChildFailed) else None
     cause = exc.__cause__ if isinstance(exc, ChildFailed) and exc.__cause__ is not None else exc
     refused = kube.refusal(cause)
@@ -313,15 +325,17 @@ async def _apply(
         if child["kind"] == "Deployment":  # and its pods: the old generation's may still be terminating
             child["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
         kopf.adopt(child, owner=body)
-        await _child(
-            client.create_if_absent(child, namespace), f"{child['kind']} {child['metadata']['name']}"
-        )
+        what = f"{child['kind']} {child['metadata']['name']}"
+        existing = await _child(client.create_if_absent(child, namespace), what)
+        if not observe.owned_by(existing, str(body.metadata.uid)):
+            # Not adopted: a foreign Service, Role or spec ConfigMap would be used as ours.
+            raise ChildNotOwned(what)
 
 
-async def _child(call: Awaitable[Any], child: str) -> None:
+async def _child(call: Awaitable[Any], child: str) -> Any:
     """Await an API call on one child; its failure names the child (`ChildFailed`)."""
     try:
-        await call
+        return await call
     except Exception as exc:
         raise ChildFailed(child) from exc
 

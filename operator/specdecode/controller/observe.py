@@ -100,6 +100,12 @@ def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) 
     )
 
 
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether `obj` names the object of `uid` among its owners."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(o, Mapping) and o.get("uid") == uid for o in owners)
+
+
 def generation_of(obj: Mapping[str, Any]) -> int | None:
     """The experiment generation a child was built for."""
     value = ((obj.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
