@@ -35,9 +35,10 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"create", "get", "list", "update", "delete"},
     ("", "pods"): {"get", "list"},
 }
-# Cluster-scoped, for kopf's scanning.
+# Cluster-scoped: kopf's scanning, and the Nodes the arms run on (provenance, issue 22).
 CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("", "nodes"): {"get"},
 }
 NAMESPACES_RULE: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
 
@@ -309,7 +310,13 @@ def test_no_wildcards_anywhere(render: Render) -> None:
 
 def test_operator_may_create_and_clean_up_every_child_it_builds(render: Render) -> None:
     table = rule_table(only(render(), "ClusterRole")["rules"])
-    document = experiment_document(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    # The model cache and token only reference a claim and a Secret: the kubelet reads them, not the operator.
+    engine = {
+        "simulator": {"profile": "h200-8b-draft-tiny"},
+        "modelCache": {"claimName": "hf-models"},
+        "hfTokenSecret": {"name": "hf-token", "key": "token"},
+    }
+    document = experiment_document(engine=engine)
     s, _ = validation.parse_experiment(document)
     settings = manifests.Settings()
     children = [

@@ -154,3 +154,64 @@ def test_a_replica_failure_is_reported_with_the_controller_s_message() -> None:
     state = observe.arm_state(refused, [])
     assert (state.refused, state.refused_since) == (message, datetime(2026, 12, 1, 8, tzinfo=UTC))
     assert observe.arm_state(deployment("exp-control"), []).refused is None
+
+
+def node(labels: dict[str, str], cpu: str = "64") -> dict[str, Any]:
+    return {"metadata": {"name": "gpu-0", "labels": labels}, "status": {"capacity": {"cpu": cpu}}}
+
+
+def test_a_host_is_read_from_gpu_and_node_feature_discovery_labels() -> None:
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-H200",
+        "nvidia.com/cuda.driver-version.full": "575.57.08",
+        "nvidia.com/cuda.runtime-version.major": "12",
+        "nvidia.com/cuda.runtime-version.minor": "9",
+        "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+        "feature.node.kubernetes.io/cpu-model.family": "6",
+        "feature.node.kubernetes.io/cpu-model.id": "143",
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+    }
+    got = observe.host(pod("p", "control"), node(labels, cpu="191500m"), vllm_version="0.20.0")
+    assert got.model_dump(exclude_defaults=True) == {
+        "node": "gpu-0",
+        "gpu_product": "NVIDIA-H200",
+        "driver_version": "575.57.08",
+        "cuda_version": "12.9",
+        "cpu_model": "Intel family 6 model 143",
+        "cpu_count": 191,
+        "instance_type": "p5.48xlarge",
+        "vllm_version": "0.20.0",
+    }
+
+
+def test_the_deprecated_gpu_feature_discovery_labels_still_give_driver_and_cuda() -> None:
+    labels = {
+        "nvidia.com/cuda.driver.major": "550",
+        "nvidia.com/cuda.driver.minor": "107",
+        "nvidia.com/cuda.driver.rev": "02",
+        "nvidia.com/cuda.runtime.major": "12",
+        "nvidia.com/cuda.runtime.minor": "4",
+    }
+    got = observe.host(pod("p", "control"), node(labels))
+    assert (got.driver_version, got.cuda_version, got.cpu_count) == ("550.107.02", "12.4", 64)
+
+
+def test_an_unreadable_node_leaves_only_the_node_name() -> None:
+    assert observe.host(pod("p", "control"), None).model_dump(exclude_defaults=True) == {"node": "gpu-0"}
+
+
+def test_each_arm_gets_the_host_of_its_live_bound_pod() -> None:
+    going = pod("old", "treatment")
+    going["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    going["spec"]["nodeName"] = "gpu-9"
+    pending = pod("pending", "control")
+    del pending["spec"]["nodeName"]
+    treatment = pod("new", "treatment")
+    treatment["spec"]["nodeName"] = "gpu-1"
+    pods = [going, pending, pod("c", "control"), treatment, pod("load", component="load")]
+    nodes = {"gpu-0": node({"nvidia.com/gpu.product": "A"}), "gpu-1": node({"nvidia.com/gpu.product": "B"})}
+    hosts = observe.arm_hosts(pods, nodes)
+    assert {arm: (h.node, h.gpu_product) for arm, h in hosts.items()} == {
+        spec.Arm.CONTROL: ("gpu-0", "A"),
+        spec.Arm.TREATMENT: ("gpu-1", "B"),
+    }

@@ -12,7 +12,8 @@ For every pod bound to one of its nodes the agent:
   ``<podIP>:<port>`` through the bridge;
 - gives each container its own **mount and UTS namespace** (``unshare``): ConfigMap, Secret,
   downwardAPI, projected (the ServiceAccount token) and emptyDir volumes are materialised as files
-  in a temp dir and bind-mounted at their ``mountPath`` (read-only when asked); the pod's own
+  in a temp dir, a PersistentVolumeClaim is its bound ``hostPath``/``local`` volume's own host
+  directory, and each is bind-mounted at its ``mountPath`` (read-only when asked); the pod's own
   ``/etc/hosts`` is bind-mounted over ``/etc/hosts``; the hostname is the pod's name;
 - runs each container's ``command`` + ``args`` (``$(VAR)`` expanded) from the project's venv
   (images are not pulled: ``PATH`` starts with the venv's ``bin``, so ``specdecode`` and ``python``
@@ -101,6 +102,36 @@ def kwok_stages_without(stages_yaml: str, nodes: list[str]) -> str:
                 {"key": ".spec.nodeName", "operator": "NotIn", "values": list(nodes)}
             )
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+
+
+def host_path_claim(pv_name: str, claim: str, namespace: str, path: Path) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume at ``path`` and a claim that the PV binder binds to it (by name)."""
+    storage = {"storage": "1Gi"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": storage,
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(path), "type": "Directory"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv_name,
+                "resources": {"requests": storage},
+            },
+        },
+    ]
 
 
 def pid_alive(pid: int) -> bool:
@@ -346,6 +377,7 @@ class PodRuntime:
         self.last_status: dict[str, Any] | None = None
         self.message = ""
         self.volumes: dict[str, Path] = {}
+        self.read_only_volumes: set[str] = set()  # a PVC volume source with readOnly: every mount of it
         self.envs: dict[str, dict[str, str]] = {}
         self.thread = threading.Thread(target=self._main, name=f"pod-{self.ns}/{self.name}", daemon=True)
 
@@ -457,6 +489,12 @@ class PodRuntime:
         vols: dict[str, Path] = {}
         base = self.dir / "volumes"
         for v in self.spec.get("volumes", []):
+            if "persistentVolumeClaim" in v:  # the volume's own directory on the host, never a copy
+                claim = v["persistentVolumeClaim"]
+                vols[v["name"]] = self.agent.claim_path(self.ns, claim["claimName"])
+                if claim.get("readOnly"):
+                    self.read_only_volumes.add(v["name"])
+                continue
             d = base / v["name"]
             if d.exists():
                 shutil.rmtree(d)
@@ -558,6 +596,7 @@ class PodRuntime:
             "KUBERNETES_SERVICE_PORT_HTTPS": str(a.api_port),
             "KUBERNETES_PORT": f"tcp://{a.api_host}:{a.api_port}",
             "PYTHONUNBUFFERED": "1",
+            **a.node_env.get(self.spec.get("nodeName", ""), {}),
         }
         for src in c.get("envFrom", []):
             prefix = src.get("prefix", "")
@@ -607,10 +646,12 @@ class PodRuntime:
                 raise RuntimeError(f"volumeMount {m['name']}: no such volume")
             if m.get("subPath"):
                 src = src / m["subPath"]
+                if not src.exists():  # the kubelet creates a missing subPath as a directory
+                    src.mkdir(parents=True)
             dst = m["mountPath"]
             self.agent.ensure_mount_point(Path(dst), directory=src.is_dir())
             script.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)}")
-            if m.get("readOnly"):
+            if m.get("readOnly") or m["name"] in self.read_only_volumes:
                 script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
         workdir = spec.get("workingDir")
         if workdir:
@@ -919,6 +960,9 @@ class NodeAgent:
         self.relay: TcpRelay | None = None
         self.services: dict[tuple[str, str], list[str]] = {}
         self.errors: list[str] = []
+        self.node_env: dict[str, dict[str, str]] = {}
+        """Extra environment of every container started on a node, by node name: the node's own
+        configuration (e.g. `SPECDECODE_SIM_SPEED_FACTOR`, a simulated host's speed). The pod's `env` wins."""
         self.log_file = workdir / "node-agent.log"
         self.api_host = "kubernetes.default.svc"
         self.api_port = 0
@@ -1151,6 +1195,38 @@ class NodeAgent:
                 raise MissingReference(f'secret "{name}" not found') from e
             raise
         return {k: base64.b64decode(v) for k, v in (s.get("data") or {}).items()}
+
+    def claim_path(self, ns: str, name: str) -> Path:
+        """The host directory of a bound PersistentVolumeClaim's volume (a `hostPath` or `local` PV).
+
+        The binding itself is the real kube-controller-manager's (its PV binder); like the kubelet, a
+        pod whose claim is missing or not yet bound waits in ContainerCreating.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            claim = self._json(
+                self.core.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False)
+            )
+        except ApiException as e:
+            if e.status == 404:
+                raise MissingReference(f'persistentvolumeclaim "{name}" not found') from e
+            raise
+        volume = claim["spec"].get("volumeName")
+        if (claim.get("status") or {}).get("phase") != "Bound" or not volume:
+            raise MissingReference(f'persistentvolumeclaim "{name}" is not bound')
+        pv = self._json(self.core.read_persistent_volume(volume, _preload_content=False))["spec"]
+        source = pv.get("hostPath") or pv.get("local")
+        if source is None:
+            raise RuntimeError(
+                f"persistentvolume {volume}: only hostPath and local volumes are supported by the node agent"
+            )
+        path = Path(source["path"])
+        if not path.is_dir():
+            if source.get("type") not in (None, "", "DirectoryOrCreate"):
+                raise MissingReference(f"persistentvolume {volume}: {path} is not a directory")
+            path.mkdir(parents=True)
+        return path
 
     def token(self, ns: str, sa: str, pod: str, uid: str, src: dict[str, Any]) -> str:
         """A bound ServiceAccount token from the TokenRequest API, as the kubelet gets it."""

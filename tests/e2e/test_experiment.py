@@ -9,7 +9,9 @@ the operator decides. The simulator's parameters make the expected verdict certa
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu_nodes import AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
-from k8s_cluster import Cluster
-from node_agent import NodeAgent
+from fake_gpu_nodes import AGENT_GPU_NODE_NAMES, AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
+from k8s_cluster import Cluster, wait_for
+from node_agent import NodeAgent, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
@@ -185,6 +187,118 @@ def test_an_engine_that_keeps_crashing_fails_the_experiment_with_crash_loop_back
     assert status["phase"] == "Failed", status
     assert status["reason"] == "CrashLoopBackOff", status
     assert status.get("verdict") is None
+
+
+@pytest.fixture
+def model_cache(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A PersistentVolumeClaim `hf-models`, bound by the real PV binder to a hostPath volume here.
+
+    Yields the volume's directory on this machine (what a pre-populated cache volume holds).
+    """
+    host = tmp_path / "volume"
+    host.mkdir()
+    pv_name = f"{namespace}-hf-models"
+    items = host_path_claim(pv_name, "hf-models", namespace, host)
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+    try:
+        wait_for(
+            "the claim bound",
+            lambda: (
+                cluster.get_json("pvc/hf-models", "-n", namespace).get("status", {}).get("phase") == "Bound"
+            ),
+        )
+        yield host
+    finally:
+        cluster.kubectl("delete", "pv", pv_name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def ready_arm_processes(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> dict[str, int] | None:
+    """The pid of each arm's engine process once both arms' pods are Ready (the engine has exec'd)."""
+    found: dict[str, int] = {}
+    for pod in operator.get("pods", "", "-l", f"specdecode.io/experiment={name}")["items"]:
+        arm = pod["metadata"]["labels"].get("specdecode.io/arm")
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+        runtime = node_agent.pods.get(pod["metadata"]["uid"])
+        proc = runtime.containers[0].proc if runtime is not None else None
+        if arm and ready and proc is not None and proc.poll() is None:
+            found[arm] = proc.pid
+    return found if set(found) == {"control", "treatment"} else None
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only offline"])
+def test_both_arms_see_the_same_model_cache(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    node_agent: NodeAgent,
+    model_cache: Path,
+    read_only: bool,
+) -> None:
+    """Each arm's engine process, in its own mount namespace, sees the claim's volume at /models as
+    HF_HOME: a file put into the volume beforehand, and (read-write) a file written by one arm and
+    read by the other. `/proc/PID/root` is the process's own view of the file system. The Hub token
+    reaches both arms' environment from its Secret, never their command line."""
+    name = "cached"
+    token = secrets.token_hex(8)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token"},
+        "stringData": {"t": token},
+    }
+    operator.apply(secret)
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["modelCache"] = {"claimName": "hf-models", "subPath": "hf", "readOnly": read_only}
+    doc["spec"]["engine"]["offline"] = read_only
+    doc["spec"]["engine"]["hfTokenSecret"] = {"name": "hf-token", "key": "t"}
+    snapshot = Path("hub/models--sim--llama-8b/snapshots/0")  # where `hf download` would put it
+    (model_cache / "hf" / snapshot).mkdir(parents=True)
+    (model_cache / "hf" / snapshot / "config.json").write_text('{"from": "the volume"}')
+    operator.apply(doc)
+    pids = operator.wait(
+        "both arms Ready", lambda: ready_arm_processes(operator, node_agent, name), timeout=120
+    )
+    roots = {arm: Path(f"/proc/{pid}/root") for arm, pid in pids.items()}
+    for arm, pid in pids.items():
+        env = environ(pid)
+        assert (env["HF_HOME"], env["HF_HUB_CACHE"]) == ("/models", "/models/hub"), arm
+        assert env["HF_TOKEN"] == token, arm
+        assert token not in Path(f"/proc/{pid}/cmdline").read_text(), arm
+        assert (env.get("HF_HUB_OFFLINE"), env.get("TRANSFORMERS_OFFLINE")) == (
+            ("1", "1") if read_only else (None, None)
+        ), arm
+        assert (roots[arm] / "models" / snapshot / "config.json").read_text() == '{"from": "the volume"}', arm
+    if read_only:
+        for arm, root in roots.items():
+            with pytest.raises(OSError) as refused:
+                (root / "models" / "hub" / "written").write_text(arm)
+            assert refused.value.errno == errno.EROFS, arm
+    else:
+        (roots["control"] / "models" / "hub" / "written-by-control").write_text("control")
+        assert (roots["treatment"] / "models" / "hub" / "written-by-control").read_text() == "control"
+        assert (model_cache / "hf" / "hub" / "written-by-control").read_text() == "control"
+    cluster.kubectl("delete", "sdx", name, "-n", operator.namespace, "--wait=false")
+
+
+def test_a_model_cache_claim_that_does_not_exist_fails_the_experiment_unschedulable_naming_it(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    name = "no-claim"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["modelCache"] = {"claimName": "no-such-claim"}
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name, timeout=90)
+    assert (status["phase"], status["reason"]) == ("Failed", "Unschedulable"), status
+    assert 'persistentvolumeclaim "no-such-claim" not found' in status["message"], status
 
 
 def test_an_operator_restarted_during_the_load_resumes_to_the_same_verdict_without_duplicates(
@@ -375,3 +489,37 @@ def test_a_simulated_experiment_completes_in_a_namespace_enforcing_pod_security_
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
+
+
+def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_on(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 22: speculation made neutral (nothing accepted, drafts free, k = 1), the arms forced onto
+    different nodes (5 GPUs each, 8 per node), one node 10% slower: whichever arm lands there, the
+    placement is measured as a 1.1x speed-up or slow-down, and the status says where each arm ran."""
+    name = "placed"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["simulator"].update(
+        {"acceptanceRate": 0.0, "draftCostRatio": 0.0, "draftFixedMs": 0.0}
+    )
+    doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}
+    doc["spec"]["speculative"]["numSpeculativeTokens"] = 1
+    slow = AGENT_GPU_NODE_NAMES[1]
+    node_agent.node_env[slow] = {"SPECDECODE_SIM_SPEED_FACTOR": "1.1"}
+    try:
+        operator.apply(doc)
+        status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    finally:
+        del node_agent.node_env[slow]
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    env = status["environment"]
+    nodes = {arm: env["arms"][arm]["node"] for arm in ("control", "treatment")}
+    assert sorted(nodes.values()) == sorted(AGENT_GPU_NODE_NAMES), detail
+    assert env["hostDifferences"] == ["node"], detail
+    events = [e for e in operator.get("events")["items"] if e.get("reason") == "PlacementDiffers"]
+    assert events and events[0]["type"] == "Warning", detail
+    assert f"node: {nodes['control']} (control) vs {nodes['treatment']} (treatment)" in events[0]["message"]
+    # The placement alone: 1.1x when the control got the slow node, 1/1.1 when the treatment did.
+    placement_effect = 1.1 if nodes["control"] == slow else 1 / 1.1
+    assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(placement_effect, rel=0.04), detail

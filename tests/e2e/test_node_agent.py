@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fake_gpu_nodes import (
+    AGENT_CPU_NODE_NAMES,
     AGENT_LABEL,
     AGENT_SPARE_NODE,
     AGENT_TAINT,
@@ -19,7 +20,7 @@ from fake_gpu_nodes import (
     agent_cpu_node,
 )
 from k8s_cluster import Cluster, wait_for
-from node_agent import NodeAgent, agent_leftovers, netns_list
+from node_agent import NodeAgent, agent_leftovers, host_path_claim, netns_list
 from prometheus_server import Prometheus
 
 pytestmark = pytest.mark.e2e
@@ -144,6 +145,65 @@ def test_a_simulator_deployment_on_a_fake_gpu_node_becomes_available_answers_and
 
     (sample,) = wait_for("Prometheus scraping the pod (up == 1)", up, timeout=60, interval=1.0)
     assert sample["metric"]["instance"] == f"{ip}:8000"
+
+
+CLAIM_READER = textwrap.dedent(
+    """
+    import pathlib, time
+    whole, sub = pathlib.Path("/data"), pathlib.Path("/data-sub")
+    (sub / "out").write_text((whole / "in").read_text() + ", seen")
+    time.sleep(600)
+    """
+)
+
+
+def test_a_pod_waits_for_its_claim_then_mounts_the_bound_volumes_own_host_directory(
+    cluster: Cluster, node_agent: NodeAgent, namespace: str, tmp_path: Path
+) -> None:
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "in").write_text("from the volume")
+    container = {
+        "name": "main",
+        "image": "never-pulled",
+        "command": ["python", "-c", CLAIM_READER],
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "data", "mountPath": "/data-sub", "subPath": "sub"},  # created on first use
+        ],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reader"},
+        "spec": {
+            "nodeName": AGENT_CPU_NODE_NAMES[0],  # bound by hand: the scheduler waits for the claim
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "late"}}],
+        },
+    }
+    apply(cluster, namespace, pod)
+
+    def waiting() -> dict[str, Any] | None:
+        statuses = cluster.get_json("pod/reader", "-n", namespace).get("status", {}).get("containerStatuses")
+        state = (statuses or [{}])[0].get("state", {})
+        return state.get("waiting") if "not found" in str(state) else None
+
+    waited = wait_for("the pod waiting for its claim", waiting, timeout=30)
+    assert waited == {"reason": "ContainerCreating", "message": 'persistentvolumeclaim "late" not found'}
+    pv_name = f"{namespace}-late"
+    try:
+        apply(cluster, namespace, *host_path_claim(pv_name, "late", namespace, volume))
+        out = volume / "sub" / "out"
+        wait_for("the pod writing through its subPath", out.exists, timeout=60)
+        assert out.read_text() == "from the volume, seen"
+        cluster.kubectl("delete", "pod", "reader", "-n", namespace, "--timeout=30s", timeout=40)
+        assert (volume / "in").exists() and out.exists(), "the agent must never remove a volume's data"
+    finally:
+        cluster.kubectl("delete", "pv", pv_name, "--wait=false", "--ignore-not-found", check=False)
 
 
 ROLE_AND_ACCOUNT: list[dict[str, Any]] = [

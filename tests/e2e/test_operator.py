@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu_nodes import GPU_PRODUCT, GPU_TOLERATION
+from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, GPU_TOLERATION
 from k8s_cluster import Cluster
 from operator_process import OperatorProcess
 
@@ -233,3 +233,31 @@ def test_prometheus_down_fails_the_experiment_and_never_promotes(operator: Opera
     assert condition(status, "Promoted")["status"] == "False"
     assert "Load" not in {c["reason"] for c in status["conditions"]}
     assert names(operator, "jobs") == {}  # no load was sent to arms nobody could measure
+
+
+def test_both_arms_share_a_node_and_the_status_says_where_each_ran(operator: OperatorProcess) -> None:
+    operator.apply(experiment())  # spec.placement.colocate: Preferred by default
+
+    def recorded() -> dict[str, Any] | None:
+        status = operator.status("exp")
+        return status if status.get("environment", {}).get("arms") else None
+
+    # Prometheus is unreachable here: the arms stay Deploying, but where they run is recorded.
+    environment = operator.wait("the arms' hosts recorded", recorded)["environment"]
+    control, treatment = environment["arms"]["control"], environment["arms"]["treatment"]
+    assert control["node"] == treatment["node"] and control["node"] in GPU_NODE_NAMES
+    assert (control["gpuProduct"], control["cpuCount"]) == (GPU_PRODUCT, 64)  # the Node's labels and capacity
+    assert environment["hostDifferences"] == []
+    pods = operator.get("pods", "", "-l", "specdecode.io/experiment=exp")["items"]
+    assert {p["spec"]["nodeName"] for p in pods} == {control["node"]}
+
+
+def test_required_colocation_fails_an_arm_that_cannot_join_the_other(operator: OperatorProcess) -> None:
+    doc = experiment(placement={"colocate": "Required"})
+    doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}  # 8 per node: one arm per node
+    operator.apply(doc)
+    status = operator.wait_phase("exp", "Failed", timeout=90)
+    assert status["reason"] == "Unschedulable", status
+    assert "spec.placement.colocate is Required: one node must have GPUs for both arms" in status["message"]
+    pods = operator.get("pods", "", "-l", "specdecode.io/experiment=exp")["items"]
+    assert len({p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")}) <= 1

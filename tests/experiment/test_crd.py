@@ -25,6 +25,21 @@ def test_every_field_has_a_description() -> None:
     assert crd.missing_descriptions(root_schema()) == []
 
 
+def test_descriptions_are_reflowed_docstrings() -> None:
+    # `kubectl explain` shows a description as written: the docstrings' line wrapping must not show.
+    wrapped = [
+        path for path, node in walk(root_schema()) if "\n" in node.get("description", "").replace("\n\n", "")
+    ]
+    assert wrapped == []
+    engine = root_schema()["properties"]["spec"]["properties"]["engine"]["properties"]
+    assert engine["offline"]["description"].startswith("Air-gapped: both arms get `HF_HUB_OFFLINE=1` and")
+
+
+def test_a_model_used_by_two_fields_is_written_out_twice_not_aliased() -> None:
+    # engine.apiKeySecret and engine.hfTokenSecret share SecretKeyRef; YAML anchors would hide one
+    assert "&id" not in crd.render() and "*id" not in crd.render()
+
+
 def test_names_status_subresource_and_printer_columns() -> None:
     body = crd.build_crd()
     assert body["metadata"]["name"] == "specdecodeexperiments.specdecode.io"

@@ -28,7 +28,15 @@ def strip_arm(deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_arms_differ_only_in_the_speculative_flags() -> None:
-    s = experiment(engine={"args": ["--max-model-len", "8192"], "apiKeySecret": {"name": "k", "key": "key"}})
+    s = experiment(
+        engine={
+            "args": ["--max-model-len", "8192"],
+            "apiKeySecret": {"name": "k", "key": "key"},
+            "modelCache": {"claimName": "hf-models", "subPath": "hf", "readOnly": True},
+            "hfTokenSecret": {"name": "hf", "key": "token"},
+            "offline": True,
+        }
+    )
     control = manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS)
     treatment = manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS)
     control_args = pod_spec(control)["containers"][0]["args"]
@@ -156,6 +164,78 @@ def test_simulator_arms_run_specdecode_sim_from_the_operator_image() -> None:
     assert container["securityContext"]["runAsNonRoot"] is True
 
 
+CACHE_ENGINE = {
+    "modelCache": {"claimName": "hf-models"},
+    "hfTokenSecret": {"name": "hf", "key": "token"},
+}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_both_arms_mount_the_model_cache_claim_as_their_hugging_face_home() -> None:
+    s = experiment(engine={**CACHE_ENGINE, "modelCache": {"claimName": "hf-models", "subPath": "team/hf"}})
+    for arm in spec.Arm:
+        pod = pod_spec(manifests.build_deployment("exp", s, arm, SETTINGS))
+        (container,) = pod["containers"]
+        assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-models"}} in pod["volumes"]
+        mounts = container["volumeMounts"]
+        assert {"name": "model-cache", "mountPath": "/models", "subPath": "team/hf"} in mounts
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in mounts
+        env = env_of(container)
+        assert env["HF_HOME"] == "/models" and env["HF_HUB_CACHE"] == "/models/hub"
+        # vLLM finds weights, config and tokenizer through HF_HOME; --download-dir would split them
+        assert not any(a.startswith("--download-dir") for a in container["args"])
+        assert "HF_HUB_OFFLINE" not in env and "TRANSFORMERS_OFFLINE" not in env
+
+
+def test_the_hugging_face_token_comes_from_its_secret_never_the_command_line() -> None:
+    s = experiment(engine=CACHE_ENGINE)
+    container = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))["containers"][0]
+    assert env_of(container)["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert not any(a == "hf" or "token" in a for a in container["args"])
+
+
+def test_a_read_only_offline_cache_is_mounted_read_only_and_the_arms_never_call_the_hub() -> None:
+    s = experiment(engine={"modelCache": {"claimName": "hf-models", "readOnly": True}, "offline": True})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS))
+    (container,) = pod["containers"]
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-models", "readOnly": True}} in (
+        pod["volumes"]
+    )
+    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
+    env = env_of(container)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+
+
+def test_without_a_model_source_the_arms_get_no_cache_and_no_hugging_face_env() -> None:
+    pod = pod_spec(manifests.build_deployment("exp", experiment(), spec.Arm.CONTROL, SETTINGS))
+    assert [v["name"] for v in pod["volumes"]] == ["dshm"]
+    assert not [e for e in pod["containers"][0]["env"] if e["name"].startswith(("HF_", "TRANSFORMERS_"))]
+
+
+def test_simulator_arms_mount_the_model_cache_too() -> None:
+    s = experiment(engine={**CACHE_ENGINE, "simulator": {"profile": "h200-8b-draft-tiny"}})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))
+    assert pod["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-models"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
+    assert env_of(pod["containers"][0])["HF_HOME"] == "/models"
+
+
+def test_validation_knows_every_variable_the_model_source_fields_render() -> None:
+    # engine.env may not set these: validation must name exactly what rendering sets, field by field
+    for engine in (
+        {"modelCache": {"claimName": "c"}},
+        {"hfTokenSecret": {"name": "hf", "key": "t"}},
+        {"modelCache": {"claimName": "c"}, "offline": True},
+        {},
+    ):
+        e = experiment(engine=engine).engine
+        rendered = {v["name"] for v in manifests.model_source_env(e)}
+        assert rendered == set(validation.model_source_env_names(e)), engine
+
+
 def test_service_selects_one_arm() -> None:
     service = manifests.build_service("exp", spec.Arm.CONTROL)
     assert service["metadata"]["name"] == "exp-control"
@@ -245,3 +325,41 @@ def test_every_child_name_is_a_dns_label_for_the_longest_name() -> None:
         assert len(child["metadata"]["name"]) <= 63
         for value in child["metadata"]["labels"].values():
             assert len(value) <= 63
+
+
+def affinity(colocate: str | None) -> list[dict[str, Any] | None]:
+    s = experiment(**({"placement": {"colocate": colocate}} if colocate else {}))
+    return [pod_spec(manifests.build_deployment("exp", s, arm, SETTINGS)).get("affinity") for arm in spec.Arm]
+
+
+TERM = {
+    "labelSelector": {
+        "matchLabels": {"specdecode.io/experiment": "exp", "app.kubernetes.io/component": "engine"}
+    },
+    "topologyKey": "kubernetes.io/hostname",
+}
+
+
+def test_both_arms_prefer_one_node_by_default() -> None:
+    preferred = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": TERM}]
+        }
+    }
+    assert affinity(None) == affinity("Preferred") == [preferred, preferred]
+
+
+def test_required_colocation_is_a_required_pod_affinity_and_off_is_none() -> None:
+    required = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}
+    assert affinity("Required") == [required, required]
+    assert affinity("Off") == [None, None]
+
+
+def test_the_colocation_term_matches_both_arms_pods_and_not_the_load_job() -> None:
+    s = experiment(placement={"colocate": "Required"})
+    wanted = TERM["labelSelector"]["matchLabels"].items()  # type: ignore[index]
+    for arm in spec.Arm:
+        labels = manifests.build_deployment("exp", s, arm, SETTINGS)["spec"]["template"]["metadata"]["labels"]
+        assert wanted <= labels.items()  # each arm matches its own term: the first can land anywhere
+    load = manifests.build_load_job("exp", s, SETTINGS)["spec"]["template"]["metadata"]["labels"]
+    assert not wanted <= load.items()

@@ -459,3 +459,79 @@ def test_an_arm_evicted_by_the_kubelet_fails_the_experiment() -> None:
     decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0)
     assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "PodFailed")
     assert "Evicted" in (decision.status.message or "") and decision.status.verdict is None
+
+
+def hosts(**treatment: object) -> dict[spec.Arm, status.Host]:
+    same = {"node": "gpu-0", "gpu_product": "NVIDIA-H200", "cpu_model": "Intel family 6 model 143"}
+    return {
+        spec.Arm.CONTROL: status.Host(**same, gpu_uuids=["GPU-a"]),  # type: ignore[arg-type]
+        spec.Arm.TREATMENT: status.Host(**{**same, **treatment}, gpu_uuids=["GPU-b"]),  # type: ignore[arg-type]
+    }
+
+
+def test_the_load_starts_quietly_when_both_arms_share_a_host() -> None:
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), hosts=hosts()), T0 + timedelta(seconds=5)
+    )
+    env = decision.status.environment
+    assert env is not None and env.arms is not None and env.arms.treatment is not None
+    assert env.arms.treatment.node == "gpu-0"
+    assert env.host_differences == []  # their own GPUs (UUIDs) are not a difference
+    assert [e.type for e in decision.events] == ["Normal"]
+
+
+def test_the_load_starts_with_a_warning_when_the_arms_hosts_differ() -> None:
+    observed = Observed(arms=ready_arms(), hosts=hosts(node="gpu-1", cpu_model="AMD family 25 model 17"))
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.RUNNING
+    env = decision.status.environment
+    assert env is not None
+    assert env.host_differences == ["node", "cpuModel"]
+    assert env.nodes == ["gpu-0", "gpu-1"]
+    assert "hosts differ in node, cpuModel" in (decision.status.message or "")
+    warning = next(e for e in decision.events if e.type == "Warning")
+    assert warning.reason == "PlacementDiffers"
+    assert "node: gpu-0 (control) vs gpu-1 (treatment)" in warning.message
+    assert "spec.placement.colocate" in warning.message
+
+
+def test_an_arm_that_cannot_join_the_other_under_required_colocation_says_so() -> None:
+    arms = pod(
+        unschedulable="0/2 nodes are available: 1 node(s) didn't match pod affinity rules.",
+        unschedulable_since=T0,
+    )
+    later = T0 + timedelta(seconds=61)
+    required = reconcile.decide(
+        subject(placement={"colocate": "Required"}), at(Phase.DEPLOYING), Observed(arms=arms), later
+    )
+    assert required.status.reason == "Unschedulable"
+    assert "spec.placement.colocate is Required: one node must have GPUs for both arms" in (
+        required.status.message or ""
+    )
+    preferred = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), later)
+    assert "spec.placement.colocate" not in (preferred.status.message or "")
+
+
+def test_where_the_arms_run_is_recorded_while_waiting_for_prometheus() -> None:
+    observed = Observed(arms=ready_arms(), hosts=hosts(node="gpu-1"), scraped=False)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.DEPLOYING
+    env = decision.status.environment
+    assert env is not None and env.host_differences == ["node"]
+
+
+def test_the_verdict_keeps_saying_that_the_arms_ran_on_different_hosts() -> None:
+    running = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), hosts=hosts(node="gpu-1")), T0
+    ).status
+    analyzing = running.model_copy(update={"phase": Phase.ANALYZING})
+    done = reconcile.decide(subject(), analyzing, Observed(analysis=judgement(Verdict.PROMOTE)), T0)
+    suffix = (
+        "; the arms ran on different hosts (they differ in node): the speed-up may partly be the placement"
+    )
+    assert done.status.message == "tpot 1.31x [1.24, 1.38] at low" + suffix
+    assert done.events[0].message.endswith(suffix)
+    shared = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(analysis=judgement(Verdict.PROMOTE)), T0
+    )
+    assert shared.status.message == "tpot 1.31x [1.24, 1.38] at low"

@@ -222,6 +222,81 @@ def test_ordinary_engine_args_pass() -> None:
     )
 
 
+CACHE = {"claimName": "hf-models"}
+
+
+def test_a_model_cache_with_a_token_offline_passes() -> None:
+    engine = {
+        "modelCache": {**CACHE, "subPath": "hf/cache", "readOnly": True},
+        "hfTokenSecret": {"name": "hf", "key": "token"},
+        "offline": True,
+    }
+    assert problems(engine=engine) == []
+
+
+@pytest.mark.parametrize("claim", ["Models", "hf_models", "-models", "models-", "a..b"])
+def test_a_model_cache_claim_must_be_a_dns_1123_name(claim: str) -> None:
+    (found,) = problems(engine={"modelCache": {"claimName": claim}})
+    assert found.startswith(
+        f"spec.engine.modelCache.claimName: {claim!r} is not a PersistentVolumeClaim name"
+    )
+    assert "DNS-1123" in found
+
+
+def test_a_model_cache_claim_name_is_required() -> None:
+    assert problems(engine={"modelCache": {"subPath": "hf"}}) == [
+        "spec.engine.modelCache.claimName: is required"
+    ]
+
+
+@pytest.mark.parametrize("sub_path", ["/hf", "../hf", "hf/../../etc", ".."])
+def test_a_model_cache_sub_path_stays_inside_the_volume(sub_path: str) -> None:
+    (found,) = problems(engine={"modelCache": {**CACHE, "subPath": sub_path}})
+    assert found.startswith("spec.engine.modelCache.subPath: ")
+    assert "relative path inside the volume" in found
+
+
+def test_offline_without_a_model_cache_is_refused_naming_the_field() -> None:
+    (found,) = problems(engine={"offline": True})
+    assert found.startswith("spec.engine.offline: needs spec.engine.modelCache")
+
+
+def test_a_read_only_model_cache_needs_offline() -> None:
+    (found,) = problems(engine={"modelCache": {**CACHE, "readOnly": True}})
+    assert found.startswith(
+        "spec.engine.modelCache.readOnly: a read-only cache needs spec.engine.offline: true"
+    )
+
+
+def test_a_token_secret_needs_a_name_and_a_key() -> None:
+    assert problems(engine={"hfTokenSecret": {"name": "hf"}}) == [
+        "spec.engine.hfTokenSecret.key: is required"
+    ]
+    assert problems(engine={"hfTokenSecret": {"name": "", "key": "token"}}) == [
+        "spec.engine.hfTokenSecret.name: String should have at least 1 character (got '')"
+    ]
+
+
+def test_download_dir_is_refused_with_a_model_cache() -> None:
+    args = ["--max-model-len", "8192", "--download_dir=/data"]
+    (found,) = problems(engine={"modelCache": CACHE, "args": args})
+    assert found.startswith("spec.engine.args[2]: --download-dir would put the weights outside")
+    assert problems(engine={"args": args}) == []  # without a cache it is the user's choice
+
+
+def test_engine_env_may_not_set_what_the_model_source_fields_set() -> None:
+    env = [{"name": n, "value": "x"} for n in ("HF_HOME", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE")]
+    engine = {"modelCache": CACHE, "hfTokenSecret": {"name": "hf", "key": "t"}, "offline": True, "env": env}
+    assert problems(engine=engine) == [
+        "spec.engine.env[0]: 'HF_HOME' is set by the operator from spec.engine.modelCache; remove it",
+        "spec.engine.env[1]: 'HF_TOKEN' is set by the operator from spec.engine.hfTokenSecret; remove it",
+        "spec.engine.env[2]: 'HF_HUB_OFFLINE' is set by the operator from spec.engine.offline; remove it",
+        "spec.engine.env[3]: 'HF_HUB_CACHE' is set by the operator from spec.engine.modelCache; remove it",
+    ]
+    # without those fields the variables are the user's own (e.g. weights baked into the image)
+    assert problems(engine={"env": env}) == []
+
+
 def test_tensor_parallel_needs_as_many_gpus() -> None:
     found = problems(engine={"args": ["-tp", "2"], "resources": {"limits": {"nvidia.com/gpu": 1}}})
     assert found == [
@@ -255,6 +330,22 @@ def test_require_stages_must_name_stages() -> None:
 @pytest.mark.parametrize(("field", "value"), [("confidence", 0), ("confidence", 1), ("minSpeedup", 0)])
 def test_analysis_ranges(field: str, value: float) -> None:
     assert any(f.startswith(f"spec.analysis.{field}:") for f in problems(analysis={field: value}))
+
+
+def test_slo_limits_name_the_field_and_need_a_percentile() -> None:
+    found = problems(
+        analysis={
+            "slo": {"ttft": {}, "tpot": {"p90": 0}, "e2e": {"p999": 3}},
+            "guardrails": {"ttftToleranceMs": -1, "maxGoodputDrop": 2},
+        }
+    )
+    joined = "\n".join(found)
+    assert "spec.analysis.slo.ttft: set at least one of p50, p90, p95, p99" in joined
+    assert "spec.analysis.slo.tpot.p90: must be greater than 0" in joined
+    assert "spec.analysis.slo.e2e.p999" in joined
+    assert "spec.analysis.guardrails.ttftToleranceMs: must be greater than or equal to 0" in joined
+    assert "spec.analysis.guardrails.maxGoodputDrop: must be less than or equal to 1" in joined
+    assert problems(analysis={"slo": {"ttft": {"p90": 500}, "e2e": {"p50": 2000, "p99": 10000}}}) == []
 
 
 def test_simulator_parameters_are_range_checked_and_profiles_known() -> None:

@@ -372,3 +372,37 @@ def test_json_events_of_the_wrong_shape_are_a_malformed_stream(event: dict[str, 
         sse.parse(sse.split_events(body))
     with pytest.raises(sse.MalformedStreamError, match="unexpected shape"):
         asyncio.run(sse.read(body))
+
+
+def test_each_arm_s_throughput_divides_by_its_own_active_time_not_the_stage_window() -> None:
+    # Closed loop, 4 slots, 8 requests per arm: control takes 1 s per request, treatment 0.5 s.
+    def arm(name: str, seconds: float) -> list[records.RequestRecord]:
+        return [
+            records.RequestRecord(
+                stage="s",
+                index=i,
+                arm=name,
+                ok=True,
+                sent=(i // 4) * seconds,
+                end=(i // 4 + 1) * seconds,
+                completion_tokens=10,
+            )
+            for i in range(8)
+        ]
+
+    stage = plan.StagePlan(name="s", requests=(), concurrency=4)
+    doc = summary.build(
+        plan.Plan(stages=(stage,)),
+        arm("control", 1.0) + arm("treatment", 0.5),
+        [records.StageWindow(stage="s", start=0.0, end=2.0)],  # ends when control drains
+        records.RunAnchor(monotonic=0.0, wall=0.0),
+        loop_lags_ms=[],
+        cpu_percent=0.0,
+        interrupted=False,
+        connections={},
+    )
+    arms = doc["stages"][0]["arms"]
+    assert arms["control"]["active_s"] == 2.0 and arms["treatment"]["active_s"] == 1.0
+    assert arms["control"]["output_tokens_per_s"] == 40.0
+    assert arms["treatment"]["output_tokens_per_s"] == 80.0
+    assert arms["treatment"]["requests_per_s"] == 2 * arms["control"]["requests_per_s"]

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from specdecode import cli
 from tests.factories import experiment_document
+from tests.local.conftest import running, wait_for_measured
 
 
 def write_experiment(
@@ -68,6 +72,21 @@ def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     lines = (out / "requests.jsonl").read_text().splitlines()
     arms = {json.loads(line)["arm"] for line in lines}
     assert arms == {"control", "treatment"}
+
+
+def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counters(tmp_path: Path) -> None:
+    """vLLM 0.20 has no --per-request-spec-decode-metrics: not rendered, and the counters measure acceptance."""
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=40)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["engine"]["vllmVersion"] = "0.20.0"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert status["environment"]["vllmRules"] == "0.20.0 (spec.engine.vllmVersion)"
+    acceptance = status["stages"][0]["acceptance"]
+    assert acceptance["source"] == "prometheus" and "perRequest" not in acceptance["sources"]
+    assert 0.4 < acceptance["rate"] < 0.8
 
 
 def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: Path) -> None:
@@ -136,24 +155,8 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
         sequential=False,
     )
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specdecode", "run", str(path), "--local", "--out", str(out), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        requests = out / "requests.jsonl"
-        while time.monotonic() < deadline:
-            measured = (
-                [line for line in requests.read_text().splitlines() if '"warmup":false' in line]
-                if (requests.exists())
-                else []
-            )
-            if len(measured) >= 10:
-                break
-            time.sleep(0.2)
+    with running(path, out) as process:
+        assert wait_for_measured(out, 10) >= 10
         arms = children_of(process.pid)
         assert len(arms) == 2, arms
         treatment = next(
@@ -164,9 +167,6 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
         )
         os.kill(treatment, signal.SIGKILL)
         _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 3, err
     status = result(out)
     assert status["phase"] == "Failed" and status["reason"] == "EngineCrashed"
@@ -175,3 +175,87 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
     assert len((out / "requests.jsonl").read_text().splitlines()) >= 10
     for pid in arms:
         assert not alive(pid), f"process {pid} left behind"
+
+
+def test_the_mixed_dataset_gives_per_category_rows_and_slos_give_goodput(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=40, slo={"ttft": {"p90": 1000}}
+    )
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["workload"]["dataset"] = {"type": "builtin", "name": "mixed"}
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    run(path, out)
+    stage = result(out)["stages"][0]
+    names = {c["name"] for c in stage["categories"]}
+    assert names == {"chat", "code", "math", "summarisation"}
+    assert sum(c["pairs"] for c in stage["categories"]) == stage["speedup"]["n"]
+    for arm in ("control", "treatment"):
+        assert stage[arm]["goodput"]["requests"] == stage[arm]["requests"]
+    assert "<th class=l>category</th>" in (out / "report.html").read_text()
+
+
+def start_simulator_node(
+    tmp_path: Path, name: str, speed_factor: float
+) -> tuple[subprocess.Popen[bytes], str]:
+    """One simulator on its own "node": the node's speed comes from the environment, as a node agent sets it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [
+        sys.executable,
+        "-m",
+        "specdecode.simulator",
+        "sim/llama-8b",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    env = {**os.environ, "SPECDECODE_SIM_SPEED_FACTOR": str(speed_factor)}
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while process.poll() is None and time.monotonic() < deadline:  # servers given by URL are already up
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"the {name} simulator did not come up: {(tmp_path / f'{name}.log').read_text()}")
+
+
+def test_a_treatment_identical_to_the_control_on_a_slower_node_is_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_experiment(
+        tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=60, sequential=False
+    )
+    # Both "nodes" serve the same engine without speculation: the only difference is the host's speed.
+    control, control_url = start_simulator_node(tmp_path, "control", 1.0)
+    treatment, treatment_url = start_simulator_node(tmp_path, "treatment", 1.1)
+    try:
+        out = tmp_path / "out"
+        code = run(path, out, "--control-url", control_url, "--treatment-url", treatment_url)
+    finally:
+        for process in (control, treatment):
+            process.terminate()
+            process.wait(15)
+    assert code == 0
+    status = result(out)
+    env = status["environment"]
+    assert env["arms"]["control"]["speedFactor"] == 1.0
+    assert env["arms"]["treatment"]["speedFactor"] == 1.1
+    assert env["arms"]["control"]["vllmVersion"] == env["arms"]["treatment"]["vllmVersion"]
+    assert env["hostDifferences"] == ["speedFactor"]
+    assert status["message"].endswith(
+        "the arms ran on different hosts (they differ in speedFactor): the speed-up may partly be the placement"
+    )
+    err = capsys.readouterr().err
+    assert "warning: the arms ran on different hosts (speedFactor: 1.0 (control) vs 1.1 (treatment))" in err
+    assert "placement: the arms ran on different hosts" in err
+    # The placement alone is measured as a 1/1.1 slow-down, which the paired interval cannot tell apart.
+    speedup = status["stages"][0]["speedup"]
+    assert speedup["estimate"] == pytest.approx(1 / 1.1, abs=0.03)
+    assert speedup["ciHigh"] < 1.0

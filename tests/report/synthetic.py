@@ -1,7 +1,8 @@
 """Synthetic runs of known effect: records and stage windows as the load generator would write them.
 
 Per request: a prompt effect shared by both arms (long prompts are slow in both), independent
-per-arm noise, a true speed-up per stage; optional errors, output mismatches and TTFT regression.
+per-arm noise, a true speed-up per stage; optional errors, output mismatches and TTFT regression
+(`ttft_ratio` on a TTFT of about `ttft_base` ms).
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ def run(
     error_rate: float = 0.0,
     mismatch_rate: float = 0.0,
     ttft_ratio: float = 1.0,
+    ttft_base: float = 40.0,
     acceptance: float = 0.7,
     tokens: int = 24,
     seed: int = 0,
     warmup: int = 2,
+    categories: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[list[RequestRecord], list[StageWindow]]:
-    """Records of both arms for every stage of `spec`, and one window per stage."""
+    """Records of both arms for every stage of `spec`, and one window per stage.
+
+    `categories`: name → (speed-up, acceptance) of that prompt category, assigned to requests in
+    turn (request i gets the (i mod len)-th); they replace `speedup` and `acceptance`.
+    """
+    kinds = list((categories or {}).items())
     rng = np.random.default_rng(seed)
     k = spec.speculative.num_speculative_tokens or 4
     records: list[RequestRecord] = []
@@ -52,18 +60,21 @@ def run(
                 )
             )
     for stage in spec.workload.stages:
-        s = speedup[stage.name] if isinstance(speedup, Mapping) else speedup
+        stage_speedup = speedup[stage.name] if isinstance(speedup, Mapping) else speedup
         count = n if n is not None else spec.stage_requests(stage)
         start = clock
         drafted = accepted = drafts = 0
         for i in range(count):
+            category, (s, accept) = kinds[i % len(kinds)] if kinds else (None, (stage_speedup, acceptance))
             prompt = rng.normal(0.0, 0.3)
             sent = clock + (i / stage.rate if stage.rate else i * 0.05)
             text = f"text-{stage.name}-{i}"
             for arm in ("control", "treatment"):
                 treat = arm == "treatment"
                 tpot = 10.0 * np.exp(prompt + rng.normal(0.0, noise)) / (s if treat else 1.0)
-                ttft = 40.0 * np.exp(0.5 * prompt + rng.normal(0.0, noise)) * (ttft_ratio if treat else 1.0)
+                ttft = (
+                    ttft_base * np.exp(0.5 * prompt + rng.normal(0.0, noise)) * (ttft_ratio if treat else 1.0)
+                )
                 e2e = ttft + tpot * (tokens - 1)
                 ok = not (error_rate and rng.random() < error_rate)
                 body = text + ("-x" if treat and mismatch_rate and rng.random() < mismatch_rate else "")
@@ -78,7 +89,7 @@ def run(
                     while done < tokens:
                         if treat:
                             j = 0
-                            while j < k and rng.random() < acceptance:
+                            while j < k and rng.random() < accept:
                                 j += 1
                             hist[j] += 1
                             inc = min(j + 1, tokens - done)
@@ -105,6 +116,7 @@ def run(
                         index=i,
                         arm=arm,
                         prompt_id=f"p{i}",
+                        category=category,
                         sent=sent,
                         intended=sent if stage.rate else None,
                         first_token=sent + ttft / 1000.0 if ok else None,

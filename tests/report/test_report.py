@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 from specdecode import cli, exit_status
-from specdecode.experiment import validation, verdict
+from specdecode.experiment import placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ExperimentStatus
+from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -35,6 +35,12 @@ def finished(spec: ExperimentSpec) -> Finished:
     records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.9}, n=60)
     status = verdict.analyse(spec, records, windows).apply(ExperimentStatus(validity={"valid": True}))
     return status, records, windows
+
+
+def terminal_text(status: ExperimentStatus) -> str:
+    out = io.StringIO()
+    Console(file=out, width=200).print(terminal.render_terminal(status))
+    return out.getvalue()
 
 
 def test_report_is_self_contained(spec: ExperimentSpec, finished: Finished) -> None:
@@ -70,15 +76,72 @@ def test_report_without_data_still_renders(spec: ExperimentSpec) -> None:
 
 def test_terminal_table_names_every_stage(finished: Finished) -> None:
     status = finished[0]
-    out = io.StringIO()
-    Console(file=out, width=200).print(terminal.render_terminal(status))
-    text = out.getvalue()
+    text = terminal_text(status)
     assert (
         "Reject" in text
         and "low" in text
         and "c16" in text
         and "num_speculative_tokens_per_batch_size" in text
     )
+
+
+def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
+    records, windows = synthetic.run(spec, speedup=1.4, n=60, ttft_ratio=1.3)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    low = next(s for s in status.stages if s.name == "low")
+    assert low.control.goodput is not None and low.treatment.goodput is not None
+    text = terminal_text(status)
+    assert (
+        "goodput c/t" in text
+        and f"{low.control.goodput.fraction:.0%} / {low.treatment.goodput.fraction:.0%}" in text
+    )
+    html = render_html(status, records, windows, spec)
+    assert "<th>goodput</th>" in html and f"{low.treatment.goodput.fraction:.1%} [" in html
+    assert "sloTtftP90" in html and "tolerance 50 ms" in html
+    assert low.speedup is not None and f"noise floor {low.speedup.min_detectable:.2f}x" in html
+    # Without SLOs there is no goodput to show.
+    plain, _ = validation.parse_experiment(experiment_document())
+    status = verdict.analyse(plain, records, windows).apply(ExperimentStatus())
+    assert "goodput" not in render_html(status, records, windows, plain)
+
+
+def test_per_category_rows_show_in_the_terminal_and_the_report(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=60, categories={"code": (1.6, 0.85), "chat": (1.1, 0.4)})
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    code = next(c for c in status.stages[0].categories if c.name == "code")
+    text = terminal_text(status)
+    assert (
+        "per prompt category" in text
+        and f"{code.speedup:.2f}x [{code.ci_low:.2f}, {code.ci_high:.2f}]" in text
+    )
+    html = render_html(status, records, windows, spec)
+    assert "<th class=l>category</th>" in html and f"{code.speedup:.2f}x [" in html
+    plain = verdict.analyse(spec, *synthetic.run(spec, n=60)).apply(ExperimentStatus())
+    assert "category" not in render_html(plain, [], [], spec)
+
+
+def test_the_report_shows_where_mismatched_outputs_first_differ(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=30)
+    low = [r for r in records if r.stage == "low"]
+    for r in low:
+        r.text = "The answer is 42 <because> six times seven."
+        r.text_hash = None
+        if r.arm == "treatment" and r.index % 4 == 0:  # 8 mismatches, diverging at character 17
+            r.text = "The answer is 42 [because] six times seven."
+            r.diverges_at = 17 if r.index % 8 == 0 else None  # the report finds it when the record lacks it
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    html = render_html(status, records, windows, spec)
+    assert "8 paired output(s) differ under the same prompt; the first 5" in html
+    assert html.count("<td>17</td>") == 5
+    assert "The answer is 42 <b>&lt;because&gt; six times seven.</b>" in html  # escaped
+    assert "The answer is 42 <b>[because] six times seven.</b>" in html
+    for r in low:
+        r.text = None
+        r.text_hash = "x" if r.arm == "control" or r.index % 4 else "y"
+    assert "texts not kept" in render_html(status, records, windows, spec)
+    plain, windows = synthetic.run(spec, n=30)
+    assert "differ under the same prompt" not in render_html(status, plain, windows, spec)
 
 
 def test_results_round_trip_and_the_report_command(
@@ -119,3 +182,39 @@ def test_plots_handle_degenerate_input() -> None:
     assert "no data" in svg.intervals("t", [], ylabel="x")
     assert "<circle" in svg.intervals("t", [svg.Interval("a", 1.0, None, None)], ylabel="x", reference=1.1)
     assert "no data" in svg.bars("t", {}, xlabel="p", ylabel="r")
+
+
+def placed(status: ExperimentStatus, treatment_node: str) -> ExperimentStatus:
+    hosts = ArmHosts(
+        control=Host(node="gpu-0", gpu_product="NVIDIA-H200", gpu_uuids=["GPU-aaa"]),
+        treatment=Host(node=treatment_node, gpu_product="NVIDIA-H200", gpu_uuids=["GPU-bbb"]),
+    )
+    return status.model_copy(update={"environment": placement.with_hosts(Environment(), hosts)})
+
+
+def test_report_shows_each_arms_host_and_marks_what_differs(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    html = render_html(placed(status, "gpu-1"), records, windows, spec)
+    assert (
+        "<tr><th class=l>node</th><td class=l>gpu-0</td><td class=l>gpu-1</td><td class=l><b>differs</b>"
+        in html
+    )
+    assert "<td class=l>GPU-aaa</td><td class=l>GPU-bbb</td><td></td>" in html
+    assert (
+        "<b>Placement:</b> the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))"
+        in html
+    )
+    same = render_html(placed(status, "gpu-0"), records, windows, spec)
+    assert "differs" not in same and "Placement:" not in same
+
+
+def test_terminal_says_where_each_arm_ran_and_warns_when_the_hosts_differ(finished: Finished) -> None:
+    def shown(status: ExperimentStatus) -> str:
+        out = io.StringIO()
+        Console(file=out, width=400).print(terminal.render_terminal(status))
+        return out.getvalue()
+
+    text = shown(placed(finished[0], "gpu-1"))
+    assert "hosts: control on gpu-0, treatment on gpu-1" in text
+    assert "placement: the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))" in text
+    assert "placement:" not in shown(placed(finished[0], "gpu-0"))

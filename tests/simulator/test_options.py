@@ -77,3 +77,30 @@ def test_api_key_falls_back_to_vllm_api_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("VLLM_API_KEY", "from-env")
     assert resolve(["M"]).api_keys == ("from-env",)
     assert resolve(["M", "--api-key", "a", "b"]).api_keys == ("a", "b")
+
+
+TIMES = ("decode_step_ms", "batch_token_ms", "prefill_token_ms", "request_overhead_ms", "draft_fixed_ms")
+
+
+def test_a_slower_host_scales_every_time_parameter_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(options.SPEED_FACTOR_ENV, raising=False)
+    nominal = resolve(["--profile", "h200-8b-draft-1b"])
+    slow = resolve(["--profile", "h200-8b-draft-1b", "--speed-factor", "1.1"])
+    assert (nominal.speed_factor, slow.speed_factor) == (1.0, 1.1)
+    assert nominal.params == PROFILES["h200-8b-draft-1b"]
+    for name, value in nominal.params.as_dict().items():
+        expected = value * 1.1 if name in TIMES else value
+        assert getattr(slow.params, name) == pytest.approx(expected), name
+
+
+def test_the_node_sets_the_speed_factor_through_the_environment_and_the_flag_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(options.SPEED_FACTOR_ENV, "1.25")
+    assert resolve([]).speed_factor == 1.25
+    assert resolve(["--speed-factor", "0.9"]).speed_factor == 0.9
+    monkeypatch.setenv(options.SPEED_FACTOR_ENV, "fast")
+    with pytest.raises(options.OptionsError, match="SPECDECODE_SIM_SPEED_FACTOR: 'fast' is not a number"):
+        resolve([])
+    with pytest.raises(options.OptionsError, match="--speed-factor: 0 is out of range"):
+        resolve(["--speed-factor", "0"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -437,3 +438,8 @@ def test_without_ignore_eos_the_output_stops_at_a_deterministic_eos(start_sim: S
         assert (reason == "stop" and n < 600) or (reason == "length" and n == 600)
         reasons.add(reason)
     assert "stop" in reasons
+
+
+def test_the_simulated_host_reports_its_speed_factor(start_sim: StartSim) -> None:
+    status, _, body = start_sim(*FAST, "--speed-factor", "1.1").request("GET", "/sim/host")
+    assert (status, json.loads(body)) == (200, {"speedFactor": 1.1})

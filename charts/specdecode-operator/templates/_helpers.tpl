@@ -124,6 +124,12 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+# Application: provenance (issue 22): the GPU product, driver, CUDA, CPU and instance-type labels
+# and the CPU capacity of the Nodes the arms run on, read once when both arms are Ready. Only get,
+# by name: Nodes are never listed, watched or changed. Without it the arms' hosts go unrecorded.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
 {{- if .Values.watchNamespaces }}
 # Framework: when serving a list of namespaces, kopf lists and watches Namespaces to notice them
 # appearing and disappearing (it does not when serving all namespaces).

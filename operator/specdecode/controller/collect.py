@@ -13,7 +13,7 @@ import contextlib
 import gzip
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specdecode.controller import prometheus, results
@@ -44,14 +44,18 @@ def with_prometheus(
     namespace: str,
     name: str,
     settings: OperatorSettings,
+    arms: Sequence[spec.Arm] = tuple(spec.Arm),
 ) -> list[records.StageWindow]:
-    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra)."""
+    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra).
+
+    `arms`: the arms that ran in these windows (`run --local` on one GPU runs them one after the other).
+    """
     updated = []
     for window in windows:
         start = anchor.wall + window.start
         end = anchor.wall + window.end
         server = {}
-        for arm in spec.Arm:
+        for arm in arms:
             labels = arm_labels(settings, namespace, name, arm)
             metrics = prometheus.arm_metrics(
                 source,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -100,7 +100,7 @@ async def _reconcile(
     observed: reconcile.Observed | None = None
     decision: reconcile.Decision | None = None
     try:
-        observed, stale = await _observe(body, subject, current, memo)
+        observed, stale = await _observe(body, subject, current, memo, logger)
         decision = reconcile.decide(subject, current, observed, now, settings.timing)
         decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
         await _carry_out(decision.actions, body, document, subject, memo, stale)
@@ -121,7 +121,11 @@ async def _reconcile(
 
 
 async def _observe(
-    body: kopf.Body, subject: reconcile.Subject, current: status.ExperimentStatus, memo: kopf.Memo
+    body: kopf.Body,
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
 ) -> tuple[reconcile.Observed, list[tuple[kube.KindRef, str]]]:
     """What the decision needs, and the stale children (kind, name) to delete should it say so."""
     settings: OperatorSettings = memo.settings
@@ -140,7 +144,13 @@ async def _observe(
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
         observed = replace(
-            observed, scraped=await collect.arms_scraped(subject.spec, namespace, name, settings)
+            observed,
+            scraped=await collect.arms_scraped(subject.spec, namespace, name, settings),
+            hosts=observe.arm_hosts(
+                pods,
+                await _nodes(client, observe.placed_pods(pods).values(), logger),
+                vllm_version=subject.spec.engine.vllm_version,
+            ),
         )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
@@ -276,6 +286,20 @@ def _short(message: str, limit: int = 400) -> str:
     """One line of at most `limit` characters (status messages are read in `kubectl get`)."""
     line = " ".join(message.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+async def _nodes(
+    client: kube.Kube, pods: Iterable[Mapping[str, Any]], logger: kopf.Logger
+) -> dict[str, dict[str, Any] | None]:
+    """The Nodes the arms run on, by name; None for one that could not be read."""
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for name in sorted({str(p["spec"]["nodeName"]) for p in pods}):
+        nodes[name] = await client.node(name)
+        if nodes[name] is None:
+            logger.warning(
+                f"cannot read node {name} (the operator needs get on nodes): its facts are not recorded"
+            )
+    return nodes
 
 
 @kopf.on.delete(spec.API_GROUP, spec.API_VERSION, spec.PLURAL, optional=True)

@@ -21,6 +21,7 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{namespace}/serviceaccounts",
     ("v1", "Pod"): "/api/v1/namespaces/{namespace}/pods",
+    ("v1", "Node"): "/api/v1/nodes",  # cluster-scoped: the namespace is ignored
     ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{namespace}/jobs",
     (
         "networking.k8s.io/v1",
@@ -43,6 +44,7 @@ POD: KindRef = ("v1", "Pod")
 JOB: KindRef = ("batch/v1", "Job")
 CONFIG_MAP: KindRef = ("v1", "ConfigMap")
 SERVICE: KindRef = ("v1", "Service")
+NODE: KindRef = ("v1", "Node")
 
 
 class Kube:
@@ -96,6 +98,15 @@ class Kube:
             return await self._call("GET", f"{_path(kind, namespace)}/{name}")
         except ApiException as exc:
             if exc.status == 404:
+                return None
+            raise
+
+    async def node(self, name: str) -> dict[str, Any] | None:
+        """A Node, or None when absent or when the operator may not read Nodes (its RBAC is optional)."""
+        try:
+            return await self.get(NODE, "", name)
+        except ApiException as exc:
+            if exc.status == 403:
                 return None
             raise
 

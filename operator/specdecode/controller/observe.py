@@ -6,9 +6,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from specdecode.experiment import manifests, reconcile, spec
+from specdecode.experiment import manifests, reconcile, spec, status
 
 GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
+
+# Node labels of NVIDIA GPU Feature Discovery (current names first, then the deprecated ones) and
+# of Node Feature Discovery: https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+DRIVER_LABELS = ("nvidia.com/cuda.driver-version", ("major", "minor", "revision"))
+DRIVER_LABELS_OLD = ("nvidia.com/cuda.driver", ("major", "minor", "rev"))
+CUDA_LABELS = ("nvidia.com/cuda.runtime-version", ("major", "minor"))
+CUDA_LABELS_OLD = ("nvidia.com/cuda.runtime", ("major", "minor"))
+NFD_CPU_MODEL = "feature.node.kubernetes.io/cpu-model"
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 
 
 def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
@@ -55,6 +65,30 @@ def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
         last_exit_code=exit_code,
         restarts=restarts,
         image_id=image_id,
+    )
+
+
+def host(
+    pod: Mapping[str, Any], node: Mapping[str, Any] | None, *, vllm_version: str | None = None
+) -> status.Host:
+    """Where one arm's pod runs, from its Node's labels and capacity (GPU UUIDs are not published)."""
+    node = node or {}
+    labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    vendor, family, model = (labels.get(f"{NFD_CPU_MODEL}.{key}") for key in ("vendor_id", "family", "id"))
+    cpu_model = None
+    if vendor or family or model:
+        cpu_model = " ".join(
+            part for part in (vendor, family and f"family {family}", model and f"model {model}") if part
+        )
+    return status.Host(
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        gpu_product=labels.get(LABEL_GPU_PRODUCT) or None,
+        driver_version=_version(labels, DRIVER_LABELS) or _version(labels, DRIVER_LABELS_OLD),
+        cuda_version=_version(labels, CUDA_LABELS) or _version(labels, CUDA_LABELS_OLD),
+        cpu_model=cpu_model,
+        cpu_count=_cpus(((node.get("status") or {}).get("capacity") or {}).get("cpu")),
+        instance_type=next((labels[k] for k in INSTANCE_TYPE_LABELS if labels.get(k)), None),
+        vllm_version=vllm_version,
     )
 
 
@@ -150,12 +184,8 @@ def observe(
     by_name = {str(o["metadata"]["name"]): o for o in current}
     arms = {}
     for arm in spec.Arm:
-        arm_pods = [
-            p
-            for p in pods
-            if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_ARM) == arm.value
-            and generation_of(p) in (None, generation)  # not the old generation's, still terminating
-        ]
+        arm_pods = [p for p in _of_arm(pods, arm) if generation_of(p) in (None, generation)]
+        # (not the old generation's pods, still terminating)
         arms[arm] = arm_state(by_name.get(names.arm(arm)), arm_pods)
     load_pods = [
         p
@@ -166,7 +196,65 @@ def observe(
     return reconcile.Observed(arms=arms, job=job, stale_children=stale)
 
 
+def placed_pods(pods: Sequence[Mapping[str, Any]]) -> dict[spec.Arm, Mapping[str, Any]]:
+    """Each arm's live pod that is bound to a node (the newest, should there be several)."""
+    placed = {}
+    for arm in spec.Arm:
+        bound = [
+            p
+            for p in _of_arm(pods, arm)
+            if (p.get("spec") or {}).get("nodeName")
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        if bound:
+            placed[arm] = bound[-1]
+    return placed
+
+
+def arm_hosts(
+    pods: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, Mapping[str, Any] | None],
+    *,
+    vllm_version: str | None = None,
+) -> dict[spec.Arm, status.Host]:
+    """Where each placed arm runs, from its pod and its Node (`nodes` by name; None: not readable)."""
+    return {
+        arm: host(pod, nodes.get(str(pod["spec"]["nodeName"])), vllm_version=vllm_version)
+        for arm, pod in placed_pods(pods).items()
+    }
+
+
+def _of_arm(pods: Sequence[Mapping[str, Any]], arm: spec.Arm) -> list[Mapping[str, Any]]:
+    return [
+        p for p in pods if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_ARM) == arm.value
+    ]
+
+
 def _time(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _version(labels: Mapping[str, str], names: tuple[str, tuple[str, ...]]) -> str | None:
+    """`<prefix>.full`, else its parts joined with dots (as far as they go)."""
+    prefix, parts = names
+    full = labels.get(f"{prefix}.full")
+    if full:
+        return full
+    values = []
+    for part in parts:
+        value = labels.get(f"{prefix}.{part}")
+        if not value:
+            break
+        values.append(value)
+    return ".".join(values) or None
+
+
+def _cpus(quantity: Any) -> int | None:
+    """A CPU quantity (`64`, `63500m`) in whole CPUs."""
+    text = str(quantity or "")
+    try:
+        return int(text[:-1]) // 1000 if text.endswith("m") else int(text)
+    except ValueError:
+        return None

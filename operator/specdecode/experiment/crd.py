@@ -15,6 +15,7 @@ translation, in one place:
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
@@ -64,7 +65,8 @@ def openapi_schema(model: type[Any]) -> dict[str, Any]:
 def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     node = dict(node)
     if "$ref" in node:
-        target = defs[node.pop("$ref").split("/")[-1]]
+        # a copy: a model used by two fields must not share lists with the other (YAML would alias them)
+        target = copy.deepcopy(defs[node.pop("$ref").split("/")[-1]])
         merged = _convert(target, defs)
         if "description" in node:  # the field's own description wins over the model's docstring
             merged["description"] = node["description"]
@@ -134,6 +136,8 @@ def _merge_variants(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dic
 def _finish(node: dict[str, Any]) -> dict[str, Any]:
     for key in _DROP:
         node.pop(key, None)
+    if isinstance(node.get("description"), str):
+        node["description"] = reflow(node["description"])
     if node.get("additionalProperties") is False:  # structural schemas forbid it; unknown fields are pruned
         node.pop("additionalProperties")
     if "const" in node:
@@ -147,6 +151,12 @@ def _finish(node: dict[str, Any]) -> dict[str, Any]:
     if node.get("type") == "number" and isinstance(node.get("default"), int):
         node["default"] = float(node["default"])
     return node
+
+
+def reflow(docstring: str) -> str:
+    """A docstring as a description: the source's line breaks joined, paragraphs kept."""
+    paragraphs = docstring.strip().split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 def missing_descriptions(schema: dict[str, Any], path: str = "") -> list[str]:

@@ -35,6 +35,7 @@ JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 """Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
 GENERATION_ANNOTATION = "specdecode.io/generation"
 """On every child: the experiment generation (`metadata.generation`) it was built for."""
+MODEL_CACHE_VOLUME = "model-cache"
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
                 },
             }
         )
+    env += model_source_env(engine)
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     # Model download and loading can take most of the deploy deadline; the startup probe waits for it.
     startup_failures = max(30, int(s.deadlines.deploy_seconds // 10))
@@ -200,10 +202,27 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "securityContext": _container_security(non_root=simulated),
     }
     volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if not simulated:
         # vLLM's workers share tensors through /dev/shm; the default 64 MiB breaks tensor parallelism.
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if engine.model_cache is not None:
+        # Simulator arms mount it too (they load no weights): the same pod shape, and a missing
+        # claim shows in a dry run before any GPU is spent.
+        cache = engine.model_cache
+        mount: dict[str, Any] = {"name": MODEL_CACHE_VOLUME, "mountPath": spec.MODEL_CACHE_MOUNT}
+        if cache.sub_path:
+            mount["subPath"] = cache.sub_path
+        if cache.read_only:
+            mount["readOnly"] = True
+        mounts.append(mount)
+        claim: dict[str, Any] = {"claimName": cache.claim_name}
+        if cache.read_only:
+            claim["readOnly"] = True
+        volumes.append({"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": claim})
+    if mounts:
+        container["volumeMounts"] = mounts
     pod_labels = labels(name, arm=arm, component="engine")
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -213,6 +232,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "automountServiceAccountToken": False,
         "nodeSelector": dict(engine.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
+        **colocation(name, s.placement.colocate),
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
             **({"runAsNonRoot": True} if simulated else {}),
@@ -241,6 +261,47 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
             },
         },
     }
+
+
+def model_source_env(engine: spec.EngineSpec) -> list[dict[str, Any]]:
+    """Where both arms find weights: the Hugging Face cache, the Hub token, offline mode.
+
+    `HF_HOME` rather than vLLM's `--download-dir`: the latter moves only the weights (config and
+    tokenizer still go to the default cache) and puts vLLM's download lock file into that directory,
+    which fails on a read-only volume. `HF_HUB_CACHE` is set as well because an image's own
+    `HF_HUB_CACHE` would otherwise win over `HF_HOME`.
+    """
+    env: list[dict[str, Any]] = []
+    if engine.model_cache is not None:
+        env += [
+            {"name": "HF_HOME", "value": spec.MODEL_CACHE_MOUNT},
+            {"name": "HF_HUB_CACHE", "value": f"{spec.MODEL_CACHE_MOUNT}/hub"},
+        ]
+    if engine.hf_token_secret is not None:
+        ref = engine.hf_token_secret
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if engine.offline:
+        env += [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "TRANSFORMERS_OFFLINE", "value": "1"}]
+    return env
+
+
+def colocation(name: str, colocate: spec.Colocate) -> dict[str, Any]:
+    """The arms' pod affinity to the experiment's engine pods on one host (issue 22); {} when Off.
+
+    Each arm's pod matches the term itself, which lets the scheduler place the first arm anywhere
+    (its rule for a required term that no pod matches yet); the second then joins it.
+    """
+    if colocate is spec.Colocate.OFF:
+        return {}
+    term = {
+        "labelSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    if colocate is spec.Colocate.REQUIRED:
+        rule: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    else:
+        rule = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+    return {"affinity": {"podAffinity": rule}}
 
 
 def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import releases, spec, status
+from specdecode.experiment import placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
@@ -157,6 +157,8 @@ class Observed:
     """Only in Analyzing: the collected and judged results."""
     scraped: bool | None = None
     """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
+    hosts: dict[spec.Arm, status.Host] = field(default_factory=dict)
+    """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
 
 
 @dataclass(frozen=True)
@@ -317,10 +319,16 @@ def _deploying(
         treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
     )
     current = current.model_copy(update={"arms": arms})
-    failure = _pod_failure(observed, now, timing) or _creation_refused(observed, now, timing)
+    colocated = s.placement.colocate is spec.Colocate.REQUIRED
+    failure = _pod_failure(observed, now, timing, colocated=colocated) or _creation_refused(
+        observed, now, timing
+    )
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
+    if ready and observed.hosts:
+        # Where the arms run is known from here on, whatever happens next (it may explain a failure).
+        current = current.model_copy(update={"environment": _environment(s, observed)})
     if ready and observed.scraped is False:
         # Starting the load before Prometheus discovers the arms would lose the first stage's counters.
         if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
@@ -338,15 +346,20 @@ def _deploying(
         return Decision(current.model_copy(update={"message": note}), [Action.CREATE_ARMS])
     if ready:
         environment = _environment(s, observed)
+        differ = environment.host_differences
         entered = _enter(
             current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
             subject,
             Phase.RUNNING,
             now,
             "LoadStarted",
-            f"both arms Ready; running {len(s.workload.stages)} stages",
+            f"both arms Ready; running {len(s.workload.stages)} stages"
+            + (f" (the arms' hosts differ in {', '.join(differ)})" if differ else ""),
             [Action.CREATE_LOAD],
         )
+        warning = placement.warning(environment)
+        if warning is not None:
+            entered.events.append(Event("Warning", "PlacementDiffers", warning))
         return entered
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
@@ -412,17 +425,18 @@ def _analyzing(
             )
             return Decision(waiting)
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
+    environment = outcome.environment or current.environment
     done = current.model_copy(
         update={
             "phase": Phase.COMPLETED,
             "verdict": outcome.verdict,
             "reason": outcome.reason,
-            "message": outcome.message,
+            "message": placement.qualify(outcome.message, environment),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
             "speedup_summary": outcome.speedup_summary,
             "validity": outcome.validity,
-            "environment": outcome.environment or current.environment,
+            "environment": environment,
             "results_ref": outcome.results_ref,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
@@ -430,9 +444,7 @@ def _analyzing(
     )
     done = _with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
-    event = Event(
-        kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {outcome.message}"
-    )
+    event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     return Decision(done, _cleanup_actions(subject, done, observed), [event])
 
 
@@ -455,7 +467,7 @@ def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Obse
 
 
 def _pod_failure(
-    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False
+    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False, colocated: bool = False
 ) -> tuple[str, str] | None:
     """(reason, message) of the first arm pod that cannot or did not run, or None."""
     for arm in spec.Arm:
@@ -483,7 +495,13 @@ def _pod_failure(
                 return (
                     "Unschedulable",
                     f"{where} cannot be scheduled: {pod.unschedulable}; check spec.engine.resources, "
-                    "nodeSelector and tolerations against your GPU nodes",
+                    "nodeSelector and tolerations against your GPU nodes"
+                    + (
+                        " (spec.placement.colocate is Required: one node must have GPUs for both arms; "
+                        "Preferred lets them land apart)"
+                        if colocated
+                        else ""
+                    ),
                 )
             if restarts_fail and pod.restarts > 0 and pod.last_terminated_reason:
                 return (
@@ -603,7 +621,7 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
     simulator = None
     if s.engine.simulator is not None:
         simulator = {"profile": s.engine.simulator.profile, **s.engine.simulator.overrides()}
-    return status.Environment(
+    environment = status.Environment(
         image=s.engine.image if s.engine.simulator is None else None,
         image_digest=next((p.image_id for p in pods if p.image_id), None),
         nodes=sorted({p.node for p in pods if p.node}),
@@ -612,6 +630,12 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
         simulator=simulator,
         vllm_rules=releases.resolve(s.engine).describe(),
     )
+    if not observed.hosts:
+        return environment
+    hosts = status.ArmHosts(
+        control=observed.hosts.get(spec.Arm.CONTROL), treatment=observed.hosts.get(spec.Arm.TREATMENT)
+    )
+    return placement.with_hosts(environment, hosts)
 
 
 def conditions_for(st: ExperimentStatus, generation: int) -> dict[str, tuple[str, str, str]]:

@@ -24,6 +24,12 @@ design* (Jennison & Turnbull, "Group Sequential Methods with Applications to Cli
 - A stage that ends before its bound for a reason that is not the data (its duration elapsed, the
   run was interrupted) gets a final look at its last pair that spends all the remaining error.
 
+The point estimate that goes with a stage's interval is `median_unbiased` at the deciding look
+(stagewise ordering, J&T §8.4): the plain mean there is biased away from the threshold by the early
+stop. `detectable` is the design's noise floor: the smallest mean it decides above the threshold
+with a given probability at a given per-pair spread. Both integrate the same recursion as the
+boundaries, with drift (`_beyond`).
+
 There is no futility stop: a stage whose speed-up sits at minSpeedup runs to its bound (the Monte
 Carlo study found that a rule "even the last look could not separate" never fires before the end
 once intervals are taken at the deciding look, and any earlier stop costs power at effects just
@@ -312,3 +318,124 @@ def repeated_p_value(x: FloatArray, *, threshold: float, confidence: float, hori
         if hi - lo < 1e-4:
             break
     return float(10.0**hi)
+
+
+# ---------------------------------------------------------------------------------- the point estimate
+
+
+def _beyond(delta: float, fractions: tuple[float, ...], c: tuple[float, ...], z_obs: float) -> float:
+    """P_δ(exit above at a look before the last one given, or reach it with Z ≥ `z_obs`).
+
+    Z_j ~ N(δ·√t_j, 1) with independent increments of Z·√t (Brownian motion with drift δ at
+    information t); two-sided boundaries ±c_j at every look before the last; the same recursive
+    integration as `z_bounds`, with drift.
+    """
+    total = 0.0
+    z = np.zeros(0)
+    wf = np.zeros(0)
+    prev_t = 0.0
+    last = len(fractions) - 1
+    for j, t in enumerate(fractions):
+        x = z_obs if j == last else c[j]
+        b, a, s = math.sqrt(t), math.sqrt(prev_t), math.sqrt(t - prev_t)
+        if j == 0:
+            total += float(special.ndtr(delta * b - x))
+        else:
+            total += float(np.dot(wf, special.ndtr((z * a + delta * s * s - x * b) / s)))
+        if j == last:
+            break
+        new_z = np.linspace(-c[j], c[j], GRID)
+        if j == 0:
+            u = new_z - delta * b
+            new_f = np.exp(-0.5 * u * u) / SQRT_2PI
+        else:
+            u = (new_z[:, None] * b - z[None, :] * a - delta * s * s) / s
+            new_f = (np.exp(-0.5 * u * u) * (b / (s * SQRT_2PI))) @ wf
+        z, wf = new_z, _simpson(GRID, (2.0 * c[j]) / (GRID - 1)) * new_f
+        prev_t = t
+    return total
+
+
+def _z_looks(d: Design, horizon: int, upto: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Information fractions and z-scale boundaries of the looks of `d` that can stop a stage, up to
+    `upto` pairs (looks before MIN_PAIRS never stop one: leaving them out is the same design)."""
+    kept = [(n, min(c, Z_MAX)) for n, c in zip(d.looks, d.z, strict=True) if MIN_PAIRS <= n <= upto]
+    return tuple(n / horizon for n, _ in kept), tuple(c for _, c in kept)
+
+
+def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int) -> float:
+    """The median-unbiased estimate of the mean (log scale) at the look `at` that ended the stage.
+
+    The mean of the pairs at a deciding look is biased away from `threshold`: a stage stops early
+    exactly when its mean happens to lie far from it. Ordering the outcomes of the design
+    stagewise (J&T §8.4: an exit above at an earlier look beats any later outcome, outcomes at the
+    same look are ordered by their statistic, exits below at earlier looks rank lowest), the
+    estimate is the mean μ at which the observed outcome is the median: P_μ(an outcome ranked at
+    least as high) = 1/2. A stage that ended below is mirrored (x → -x), so only exits above are
+    ever ranked. Computed on the z scale with the look's standard deviation taken as
+    known (the t statistic is carried to z through its tail probability, as the boundaries are)
+    and carried back to the t scale; the observed outcome is the one `look` reports.
+
+    `x`: the stage's paired log-ratios in request order; `at`: `look(x, ..., final=True)` of the
+    same arguments. Returns the mean at `at` itself when it has no interval (too few pairs) or no
+    spread.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    horizon = max(horizon, int(x.size))
+    alpha = 1.0 - confidence
+    d = design(horizon, alpha=alpha)
+    if at.n not in d.looks:
+        d = design(horizon, alpha=alpha, final_at=at.n)
+    upto = x[: at.n]
+    mean = float(np.mean(upto)) if upto.size else math.nan
+    if upto.size < MIN_PAIRS or not math.isfinite(at.low) or not math.isfinite(at.high):
+        return mean
+    sd = float(np.std(upto, ddof=1))
+    if sd == 0.0:
+        return mean
+    t_obs = (mean - threshold) / sd * math.sqrt(at.n)
+    if t_obs < 0.0:
+        # Mirror a stage that ended low: the same computation on -x keeps swapping the arms exactly
+        # equivariant (and the ordering only ever ranks exits above).
+        mirrored = Look(at.decided, at.why, at.n, -at.high, -at.low)
+        return -median_unbiased(-x, mirrored, threshold=-threshold, confidence=confidence, horizon=horizon)
+    df = at.n - 1
+    se = sd / math.sqrt(at.n)
+    fractions, bounds = _z_looks(d, horizon, at.n)
+    z_obs = min(float(-special.ndtri(stats.t.sf(t_obs, df))), 4.0 * Z_MAX)
+    root_t = math.sqrt(fractions[-1])
+
+    def excess(delta: float) -> float:
+        return _beyond(delta, fractions, bounds, z_obs) - 0.5
+
+    lo, hi = (z_obs - 10.0) / root_t, (z_obs + 10.0) / root_t
+    while excess(lo) > 0.0:
+        lo -= 10.0 / root_t
+    while excess(hi) < 0.0:
+        hi += 10.0 / root_t
+    delta = float(optimize.brentq(excess, lo, hi, xtol=1e-9))
+    t_centre = float(stats.t.isf(special.ndtr(-delta * root_t), df))
+    return threshold + t_centre * se
+
+
+def detectable(sd: float, *, threshold: float, confidence: float, horizon: int, power: float = 0.9) -> float:
+    """The smallest mean (log scale) a stage of `horizon` pairs with per-pair standard deviation `sd`
+    decides above `threshold` with probability `power`: the design's noise floor.
+
+    P(the first exit is above) under drift δ is the recursive integration of `_beyond` with the
+    last look's boundary; δ is found by root-finding and carried back with `sd` taken as known
+    (as the z-scale design does). inf when `sd` is not a positive finite number or the stage is
+    too short for an interval.
+    """
+    if not math.isfinite(sd) or sd <= 0.0 or horizon < MIN_PAIRS:
+        return math.inf
+    fractions, bounds = _z_looks(design(horizon, alpha=1.0 - confidence), horizon, horizon)
+
+    def shortfall(delta: float) -> float:
+        return _beyond(delta, fractions, bounds, bounds[-1]) - power
+
+    hi = 10.0
+    while shortfall(hi) < 0.0:
+        hi *= 2.0
+    delta = float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-9))
+    return threshold + delta * sd / math.sqrt(horizon)

@@ -45,6 +45,19 @@ class SimParams:
         """A copy with some parameters replaced (unknown names raise TypeError)."""
         return replace(self, **overrides)  # type: ignore[arg-type]
 
+    def slower(self, factor: float) -> SimParams:
+        """The same engine on a host `factor` times slower (1.1: every step, draft pass and request
+        overhead takes 10% longer). A uniform factor is the simplest model of a slower host: on the
+        H200 the host weighs more on small drafts' launch-bound passes (issue 22)."""
+        times = (
+            "decode_step_ms",
+            "batch_token_ms",
+            "prefill_token_ms",
+            "request_overhead_ms",
+            "draft_fixed_ms",
+        )
+        return replace(self, **{name: getattr(self, name) * factor for name in times})
+
     def as_dict(self) -> dict[str, float | int]:
         """snake_case name -> value."""
         return asdict(self)

@@ -17,7 +17,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "specdecode.io"
@@ -103,6 +103,32 @@ class SecretKeyRef(Model):
     """Key within the Secret."""
 
 
+#: where both arms mount `engine.modelCache`; also their HF_HOME, so `spec.model` may be a path under it
+MODEL_CACHE_MOUNT = "/models"
+
+#: a DNS-1123 subdomain, which PersistentVolumeClaim names must be
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class ModelCache(Model):
+    """An existing PersistentVolumeClaim that both arms mount as their Hugging Face cache.
+
+    Mounted at `/models` in both arms, with `HF_HOME=/models` (so Hub downloads live in
+    `/models/hub`): the weights are downloaded once, or never when the volume is pre-populated, and
+    both arms read the same files. A directory on the volume that holds a model (e.g. one written by
+    `hf download ORG/NAME --local-dir`) is named by its path: `spec.model: /models/NAME`.
+    """
+
+    claim_name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": DNS_SUBDOMAIN})
+    """Name of the PersistentVolumeClaim, in the experiment's namespace (the operator does not create it).
+    Both arms mount it at once: on different nodes that needs a ReadOnlyMany or ReadWriteMany volume."""
+    sub_path: str = ""
+    """A directory inside the volume to use instead of its root (a relative path, no `..`)."""
+    read_only: bool = False
+    """Mount the volume read-only: the cache must already hold every model the arms load, so this
+    needs `engine.offline: true` (an online Hugging Face client writes lock files even for cached models)."""
+
+
 class SimulatorSpec(Model):
     """Run the built-in vLLM simulator instead of vLLM (dry runs, CI, the demo).
 
@@ -165,6 +191,17 @@ class EngineSpec(Model):
     """Engine seed (`--seed`), the same in both arms."""
     api_key_secret: SecretKeyRef | None = None
     """A Secret holding the API key both arms require (`--api-key`); the load Job sends it."""
+    model_cache: ModelCache | None = None
+    """A PersistentVolumeClaim both arms mount at `/models` as their Hugging Face cache (`HF_HOME`), so a
+    model is downloaded at most once; `spec.model` may also be a directory under `/models`. Cluster arms
+    only: `run --local` uses this machine's own cache."""
+    hf_token_secret: SecretKeyRef | None = None
+    """A Secret key holding a Hugging Face access token, for gated or private models: given to both arms
+    as `HF_TOKEN` (never on the command line). `run --local` uses this machine's own token."""
+    offline: bool = False
+    """Air-gapped: both arms get `HF_HUB_OFFLINE=1` and `TRANSFORMERS_OFFLINE=1` and load only what
+    `modelCache` holds (target and draft), never contacting the Hub. Needs `modelCache`. Cluster arms
+    only: `run --local` runs with this machine's own environment."""
     simulator: SimulatorSpec | None = None
     """Set to run the built-in vLLM simulator instead of vLLM (dry run, CI, demo)."""
 
@@ -442,13 +479,79 @@ class Guardrails(Model):
     """Limits that block a promotion whatever the speed-up."""
 
     max_ttft_regression: float | None = Field(default=0.10, ge=0, le=100)
-    """p90 TTFT may get worse by at most this fraction (0.10 = +10%); null disables."""
+    """p90 TTFT may get worse by at most this fraction (0.10 = +10%), unless it rises by no more than
+    `ttftToleranceMs`; null disables."""
+    ttft_tolerance_ms: float = Field(default=50.0, ge=0, le=3_600_000)
+    """A TTFT regression counts only when p90 TTFT also rises by more than this many milliseconds:
+    speculation adds a draft prefill, so TTFT rises a little almost always (H200: +9 ms), which no
+    user perceives next to a faster decode. 0 judges the ratio alone."""
+    max_goodput_drop: float | None = Field(default=0.02, ge=0, le=1)
+    """With `analysis.slo` set: goodput (the fraction of requests meeting every SLO) must not surely
+    drop (its interval's upper bound below 0 blocks a Pass), nor surely drop by more than this
+    (0.02 = 2 points: fails the stage); null disables."""
     max_error_rate: float = Field(default=0.01, ge=0, le=1)
     """Highest tolerated fraction of failed requests in the treatment arm."""
     min_output_match: float = Field(default=0.99, ge=0, le=1)
     """Lowest fraction of treatment outputs equal to the control's under greedy sampling (lossless check)."""
     min_acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     """Lowest acceptable draft acceptance rate; null disables."""
+
+
+class SloLimits(Model):
+    """Latency limits of one metric, in milliseconds, per percentile: `p90: 500` = 90% of requests
+    within 500 ms."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.p50) || has(self.p90) || has(self.p95) || has(self.p99)",
+                "set at least one of p50, p90, p95, p99",
+            )
+        )
+    )
+
+    p50: float | None = Field(default=None, gt=0, le=3_600_000)
+    """Median limit, ms."""
+    p90: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p90 limit, ms."""
+    p95: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p95 limit, ms."""
+    p99: float | None = Field(default=None, gt=0, le=3_600_000)
+    """p99 limit, ms."""
+
+    @model_validator(mode="after")
+    def _one_set(self) -> SloLimits:
+        if not self.limits():
+            raise ValueError("set at least one of p50, p90, p95, p99")
+        return self
+
+    def limits(self) -> list[tuple[int, float]]:
+        """(percentile, ms) of each limit set, lowest percentile first."""
+        pairs = ((50, self.p50), (90, self.p90), (95, self.p95), (99, self.p99))
+        return [(p, ms) for p, ms in pairs if ms is not None]
+
+
+class Slo(Model):
+    """Service-level objectives: what the platform promises its users, per metric and percentile.
+
+    They judge each arm absolutely: an SLO guardrail per limit (the treatment must not miss one the
+    control meets) and goodput (the fraction of requests meeting every SLO) per arm and stage."""
+
+    ttft: SloLimits | None = None
+    """Time to first token, ms."""
+    tpot: SloLimits | None = None
+    """Time per output token after the first, ms."""
+    e2e: SloLimits | None = None
+    """End-to-end request latency, ms."""
+
+    def limits(self) -> list[tuple[str, int, float]]:
+        """(metric, percentile, ms) of every limit set."""
+        return [
+            (metric, p, ms)
+            for metric, limits in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e))
+            if limits is not None
+            for p, ms in limits.limits()
+        ]
 
 
 RequireStages = Literal["all", "any"] | list[str]
@@ -465,6 +568,9 @@ class AnalysisSpec(Model):
     """Confidence level of the intervals, in (0, 1)."""
     guardrails: Guardrails = Field(default_factory=Guardrails)
     """Limits that block a promotion whatever the speed-up."""
+    slo: Slo = Field(default_factory=Slo)
+    """Latency SLOs per metric and percentile (ms); none by default, since they depend on the model,
+    the hardware and the prompts. Setting one adds its guardrail and goodput."""
     require_stages: RequireStages = Field(
         default="all", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
@@ -524,6 +630,28 @@ class Deadlines(Model):
         return parse_duration(self.run)
 
 
+class Colocate(StrEnum):
+    """Whether both arms must share a node (each with its own GPUs)."""
+
+    PREFERRED = "Preferred"
+    """Ask the scheduler to put both arms on one node (preferred pod affinity); they land apart when
+    no node has GPUs for both, and the status says so."""
+    REQUIRED = "Required"
+    """Both arms on one node or not at all: an arm that cannot join the other stays Unschedulable, and
+    the experiment fails after the grace period."""
+    OFF = "Off"
+    """No affinity: the scheduler places each arm on its own."""
+
+
+class PlacementSpec(Model):
+    """Where the arms run. A host's CPU, driver, clocks and neighbours weigh on a small draft's many
+    short passes far more than on the control: arms on different nodes measure the nodes too."""
+
+    colocate: Colocate = Colocate.PREFERRED
+    """`Preferred` (default), `Required` or `Off`: pod affinity on the experiment's label with topology
+    key `kubernetes.io/hostname`."""
+
+
 class Cleanup(StrEnum):
     """What happens to the arms' Deployments once the experiment ends."""
 
@@ -539,7 +667,7 @@ class ExperimentSpec(Model):
     """`spec` of a SpecDecodeExperiment."""
 
     model: str = Field(min_length=1)
-    """Target model: a Hugging Face id or a path inside the image or a volume."""
+    """Target model: a Hugging Face id, or a path inside the image or under `/models` (`engine.modelCache`)."""
     model_revision: str = ""
     """Target model revision (recorded in status)."""
     served_model_name: str = ""
@@ -556,6 +684,8 @@ class ExperimentSpec(Model):
     """Where server-side metrics are read (operator: required unless it has a default; local: optional)."""
     deadlines: Deadlines = Field(default_factory=Deadlines)
     """Time limits."""
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    """Where the arms run: on one node by preference (the status records each arm's host)."""
     cleanup: Cleanup = Cleanup.ALWAYS
     """What happens to the arms once the experiment ends."""
 

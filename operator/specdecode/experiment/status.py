@@ -125,6 +125,40 @@ class Arms(StatusModel):
     """The arm with speculative decoding."""
 
 
+class Host(StatusModel):
+    """Where one arm ran: the facts of its host that can move a latency (issue 22)."""
+
+    node: str | None = None
+    """Node name (in `run --local`: the hostname)."""
+    gpu_product: str | None = None
+    """GPU product (`nvidia.com/gpu.product`, or nvidia-smi's name)."""
+    gpu_uuids: list[str] | None = None
+    """UUIDs of the arm's GPUs (known in `run --local`; Kubernetes does not publish them)."""
+    driver_version: str | None = None
+    """NVIDIA driver version."""
+    cuda_version: str | None = None
+    """CUDA version the driver supports (GPU Feature Discovery's runtime label, or nvidia-smi's header)."""
+    cpu_model: str | None = None
+    """CPU model (/proc/cpuinfo's model name, or NFD's vendor/family/model id)."""
+    cpu_count: int | None = None
+    """CPUs of the host (the node's capacity)."""
+    instance_type: str | None = None
+    """The node's `node.kubernetes.io/instance-type` label, where present."""
+    vllm_version: str | None = None
+    """The engine's version (`/version`, or the declared `engine.vllmVersion`)."""
+    speed_factor: float | None = None
+    """Simulator only: the simulated host's speed factor (1 = nominal, 1.1 = every step 10% slower)."""
+
+
+class ArmHosts(StatusModel):
+    """Where each arm ran."""
+
+    control: Host | None = None
+    """The control arm's host."""
+    treatment: Host | None = None
+    """The treatment arm's host."""
+
+
 class Environment(StatusModel):
     """Provenance: what was actually measured."""
 
@@ -148,6 +182,32 @@ class Environment(StatusModel):
     """Draft model (or method, for model-free methods)."""
     simulator: dict[str, Any] | None = None
     """Simulator parameters, when the arms were simulated."""
+    arms: ArmHosts | None = None
+    """Where each arm ran (node, GPU, driver, CUDA, CPU, instance type, engine version)."""
+    host_differences: list[str] = Field(default_factory=list)
+    """The host facts in which the arms differ (`node`, `cpuModel`, ...): when not empty, the speed-up
+    may partly be the placement, which the paired interval cannot see."""
+
+
+class Goodput(StatusModel):
+    """Requests of one arm in one stage that met every configured SLO (`analysis.slo`).
+
+    A request is good when it succeeded and each metric with an SLO is within that metric's
+    largest limit (with `p50: 200, p99: 1000`, within 1000 ms: the limits say how many requests
+    may exceed the smaller ones, which the SLO guardrails judge); failed requests are never good."""
+
+    requests: int = 0
+    """Requests sent."""
+    good: int = 0
+    """Requests that met every SLO."""
+    fraction: float | None = None
+    """good / requests."""
+    ci_low: float | None = None
+    """Lower bound of `fraction` (Wilson score interval at the analysis confidence)."""
+    ci_high: float | None = None
+    """Upper bound of `fraction`."""
+    per_second: float | None = None
+    """Good requests per second of the arm's active time (its first send → its last response)."""
 
 
 class ArmSummary(StatusModel):
@@ -176,7 +236,10 @@ class ArmSummary(StatusModel):
     e2e_p99: float | None = None
     """End-to-end latency, p99, ms."""
     output_tokens_per_second: float | None = None
-    """Output tokens per second over the stage's measured window."""
+    """Output tokens of successful requests per second of this arm's own active time in the stage
+    (its first request sent → its last response finished), so a faster arm shows more."""
+    goodput: Goodput | None = None
+    """Requests meeting every SLO (only with `analysis.slo` set)."""
 
 
 class Speedup(StatusModel):
@@ -185,7 +248,9 @@ class Speedup(StatusModel):
     metric: str
     """tpot, e2e, ttft or throughput."""
     estimate: float | None = None
-    """Point estimate."""
+    """Point estimate, inside its interval: `groupSequential`, the median-unbiased estimate at the look
+    that decided the stage (the plain mean there is biased away from minSpeedup by stopping early);
+    `pairedT`, the geometric mean of the paired ratios."""
     ci_low: float | None = None
     """Lower confidence bound."""
     ci_high: float | None = None
@@ -193,9 +258,17 @@ class Speedup(StatusModel):
     p_value: float | None = None
     """p-value of "no speed-up at minSpeedup"."""
     n: int = 0
-    """Pairs used."""
+    """Valid pairs of the stage."""
     method: str | None = None
     """How the interval was computed: `groupSequential` (valid under the sequential looks) or `pairedT` (fixed horizon)."""
+    decided_at: int | None = None
+    """`groupSequential`: pairs at the look that decided the stage, which the estimate and interval
+    use (pairs that finished after it were in flight at the stop)."""
+    min_detectable: float | None = None
+    """The noise floor at this load: the smallest true speed-up the stage's design (its request
+    bound, minSpeedup, confidence) promotes with 90% probability at the noise measured here (the
+    spread of the paired ratios). A speed-up below it was unlikely to be shown: measure more
+    requests per stage, or accept a lower minSpeedup."""
 
 
 class QuantileSpeedup(StatusModel):
@@ -217,9 +290,10 @@ class GuardrailResult(StatusModel):
     """One guardrail of one stage: the estimate, its uncertainty and what it decided."""
 
     name: str
-    """ttftRegression, errorRate, outputMatch or acceptanceRate."""
+    """ttftRegression, errorRate, outputMatch, acceptanceRate, goodput, or an SLO such as sloTtftP90."""
     limit: float
-    """The configured limit."""
+    """The configured limit (an SLO's in ms, its estimate the treatment's percentile; goodput's
+    `maxGoodputDrop`, its estimate the change of the goodput fraction, treatment - control)."""
     estimate: float | None = None
     """Point estimate."""
     ci_low: float | None = None
@@ -229,6 +303,16 @@ class GuardrailResult(StatusModel):
     outcome: str = "Holds"
     """Holds, Breached (estimate beyond the limit: blocks a Pass), SurelyBreached (the bound is beyond
     it: fails the stage) or NotEvaluated."""
+    tolerance: float | None = None
+    """ttftRegression: `ttftToleranceMs`; the regression counts only when p90 TTFT also rose by more."""
+    difference: float | None = None
+    """ttftRegression: treatment p90 TTFT - control p90 TTFT, ms."""
+    difference_ci_low: float | None = None
+    """Lower confidence bound of `difference` (paired bootstrap)."""
+    difference_ci_high: float | None = None
+    """Upper confidence bound of `difference`."""
+    note: str | None = None
+    """Why it decided as it did, when that is not plain from the numbers."""
 
 
 class Acceptance(StatusModel):
@@ -246,6 +330,29 @@ class Acceptance(StatusModel):
     """The rate estimated each available way."""
     agreement: bool | None = None
     """Whether the available estimates agree."""
+
+
+class CategoryResult(StatusModel):
+    """One prompt category within one stage (datasets whose prompts carry a `category`).
+
+    Informative, like the tails: the interval is a fixed-horizon paired t interval on the category's
+    pairs, not adjusted for the sequential looks or for comparing several categories; the stage's
+    verdict does not depend on it."""
+
+    name: str
+    """The category (chat, code, summarisation, math, ...)."""
+    pairs: int = 0
+    """Pairs of this category where both arms succeeded."""
+    speedup: float | None = None
+    """Primary-metric speed-up: the geometric mean of the paired ratios."""
+    ci_low: float | None = None
+    """Lower bound (paired t at the analysis confidence; from 3 pairs)."""
+    ci_high: float | None = None
+    """Upper bound."""
+    acceptance_rate: float | None = None
+    """Draft acceptance of the category's treatment requests (per-request counts, else the client proxy)."""
+    mean_length: float | None = None
+    """Tokens per verify step, bonus token included."""
 
 
 class StageResult(StatusModel):
@@ -278,6 +385,8 @@ class StageResult(StatusModel):
     batch_size: float | None = None
     """Estimated running requests in the treatment: the concurrency (closed loop), or rate × mean E2E
     (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
+    categories: list[CategoryResult] = Field(default_factory=list)
+    """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
 
 
 class Recommendation(StatusModel):

@@ -549,7 +549,7 @@ def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
 
 
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
-    """Flags in `engine.args` that the operator owns, and simulator settings."""
+    """Flags in `engine.args` that the operator owns, simulator settings, and where weights come from."""
     problems: list[Problem] = []
     for i, arg in enumerate(engine.args):
         flag = owned_flag(arg)
@@ -574,6 +574,79 @@ def check_engine(engine: spec.EngineSpec) -> list[Problem]:
                 f"known: {', '.join(sorted(simprofiles.PROFILES))}",
             )
         )
+    problems.extend(check_model_source(engine))
+    return problems
+
+
+def model_source_env_names(engine: spec.EngineSpec) -> dict[str, str]:
+    """The environment variables the operator sets on the arms (`manifests.model_source_env`), each
+    with the field it comes from."""
+    fields = {
+        "spec.engine.modelCache": ("HF_HOME", "HF_HUB_CACHE") if engine.model_cache is not None else (),
+        "spec.engine.hfTokenSecret": ("HF_TOKEN",) if engine.hf_token_secret is not None else (),
+        "spec.engine.offline": ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if engine.offline else (),
+    }
+    return {name: field for field, names in fields.items() for name in names}
+
+
+def check_model_source(engine: spec.EngineSpec) -> list[Problem]:
+    """Where the arms get their weights: the cache claim, offline mode, and what would contradict them."""
+    path = "spec.engine.modelCache"
+    problems: list[Problem] = []
+    cache = engine.model_cache
+    if cache is not None:
+        if not re.fullmatch(spec.DNS_SUBDOMAIN, cache.claim_name):
+            problems.append(
+                Problem(
+                    f"{path}.claimName",
+                    f"{cache.claim_name!r} is not a PersistentVolumeClaim name: use lower-case letters, "
+                    "digits, '-' and '.', starting and ending with a letter or digit (a DNS-1123 subdomain)",
+                )
+            )
+        parts = cache.sub_path.split("/")
+        if cache.sub_path.startswith("/") or ".." in parts:
+            problems.append(
+                Problem(
+                    f"{path}.subPath",
+                    f"{cache.sub_path!r} must be a relative path inside the volume without '..', e.g. hf",
+                )
+            )
+        if cache.read_only and not engine.offline:
+            problems.append(
+                Problem(
+                    f"{path}.readOnly",
+                    "a read-only cache needs spec.engine.offline: true (an online Hugging Face client "
+                    "writes lock files into the cache even for cached models, and could not download "
+                    "a missing one); set offline: true, or readOnly: false",
+                )
+            )
+        for i, arg in enumerate(engine.args):
+            if arg.split("=", 1)[0].replace("_", "-") == "--download-dir":
+                problems.append(
+                    Problem(
+                        f"spec.engine.args[{i}]",
+                        "--download-dir would put the weights outside spec.engine.modelCache, which the "
+                        f"arms use as HF_HOME ({spec.MODEL_CACHE_MOUNT}); remove it",
+                    )
+                )
+    elif engine.offline:
+        problems.append(
+            Problem(
+                "spec.engine.offline",
+                "needs spec.engine.modelCache: an air-gapped arm can only load models that a cache "
+                "volume already holds; set modelCache.claimName to a PersistentVolumeClaim with the "
+                "target and draft models",
+            )
+        )
+    owned = model_source_env_names(engine)
+    for i, env in enumerate(engine.env):
+        if env.name in owned:
+            problems.append(
+                Problem(
+                    f"spec.engine.env[{i}]",
+                    f"{env.name!r} is set by the operator from {owned[env.name]}; remove it",
+                )
+            )
     return problems
 
 

@@ -13,6 +13,11 @@ The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-p
   design in `sequential.py` (looks planned from the stage's request bound, error spent over them),
   at the configured confidence, taken at the look that decided the stage. The load generator may
   have stopped the stage early on the same design (`stage_decided`); the interval stays valid.
+  The point estimate is the median-unbiased one at that look (stagewise ordering,
+  `sequential.median_unbiased`), which lies inside the interval: the plain mean there overshoots,
+  since a stage stops early when its mean happens to lie far from minSpeedup. Pairs that finished
+  after the deciding look (in flight at the stop) enter neither: a mean over them sat on or
+  outside the interval's end (issue 14: `c4: 1.198 [1.198, 1.438]`).
 - `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
   hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
 Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
@@ -22,10 +27,17 @@ Guardrails carry their own uncertainty. Each is Holds, Breached (its estimate is
 a Pass is blocked, the stage is at best Inconclusive) or SurelyBreached (even the favourable
 confidence bound is beyond it: the stage Fails):
 | guardrail        | estimate                                   | interval                        |
-| ttftRegression   | p90(TTFT treatment) / p90(TTFT control) - 1 | paired bootstrap                |
+| ttftRegression   | p90(TTFT treatment) / p90(TTFT control) - 1 | paired bootstrap; counts only   |
+|                  | and p90 difference in ms                   | beyond ttftToleranceMs too      |
+| slo<Metric>P<q>  | treatment's q-th percentile (failed = ∞)   | order statistics; NotEvaluated  |
+|                  |                                            | where the control misses it too |
+| goodput          | paired change of the fraction meeting      | Newcombe paired score; upper    |
+|                  | every SLO (treatment - control)            | bound < 0 blocks, < -max fails  |
 | errorRate        | treatment errors / treatment requests      | Clopper-Pearson                 |
 | outputMatch      | identical greedy outputs / pairs           | Clopper-Pearson; Breached fails |
 | acceptanceRate   | accepted / drafted tokens                  | Clopper-Pearson on token counts |
+Goodput per arm (status `goodput`): requests that succeeded with every SLO metric within its
+largest limit / requests sent, Wilson interval, and per second of the arm's own active time.
 Output mismatch under greedy sampling is critical: Breached already fails the stage, and anywhere it
 happens the experiment is rejected (the minOutputMatch tolerance is the allowance for numeric noise).
 Output match is not evaluated with temperature > 0.
@@ -48,7 +60,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -56,11 +68,13 @@ from scipy import stats
 
 from specdecode.experiment import releases, sequential
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
-from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetric, Stage
+from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetric, Slo, Stage
 from specdecode.experiment.status import (
     Acceptance,
     ArmSummary,
+    CategoryResult,
     ExperimentStatus,
+    Goodput,
     GuardrailResult,
     Phase,
     QuantileSpeedup,
@@ -82,6 +96,8 @@ MIN_PAIRS_FIXED = 3
 BOOTSTRAP_RESAMPLES = 2000
 #: quantiles compared between the arms
 TAIL_QUANTILES = (0.5, 0.9, 0.99)
+#: the power at which `min_detectable` reports the smallest speed-up a stage could show
+DETECTABLE_POWER = 0.9
 #: the largest absolute difference between acceptance-rate estimates that still counts as agreement
 ACCEPTANCE_TOLERANCE = 0.05
 #: the upper end of the last range of a batch-size schedule
@@ -146,6 +162,10 @@ class MetricVerdict:
     n: int
     reason: str
     method: str
+    decided_at: int | None = None
+    """Pairs at the sequential look that decided (estimate and interval use those); None: all `n`."""
+    detectable: float | None = None
+    """The smallest speed-up this design promotes with probability `DETECTABLE_POWER` at the noise measured."""
 
 
 # --------------------------------------------------------------------------------------- comparison
@@ -202,12 +222,14 @@ def compare(
             f"{n} valid {metric} pairs, fewer than {need}",
             method,
         )
+    decided_at: int | None = None
     if sequential_ci:
         h = max(horizon or n, n)
         at = sequential.look(d, threshold=threshold, confidence=confidence, horizon=h, final=True)
-        # The interval of the look that decided (pairs that finished after it add nothing to it);
-        # widened to hold the estimate from all pairs, should those have moved it outside.
-        low, high = min(at.low, mean), max(at.high, mean)
+        # Estimate and interval both come from the look that decided the stage: pairs that finished
+        # after it (in flight at the stop) would move a mean outside that look's interval.
+        low, high, decided_at = at.low, at.high, at.n
+        mean = sequential_estimate(d, at, threshold=threshold, confidence=confidence, horizon=h)
         p = sequential.repeated_p_value(d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n)
     else:
         sd = float(np.std(d, ddof=1))
@@ -226,7 +248,56 @@ def compare(
         label, why = Label.FAIL, f"upper bound {ci[1]:.3f} < {min_speedup:g}"
     else:
         label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
-    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method)
+    floor = min_detectable(
+        d, threshold=threshold, confidence=confidence, horizon=horizon, sequential_ci=sequential_ci
+    )
+    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
+
+
+def min_detectable(
+    d: FloatArray, *, threshold: float, confidence: float, horizon: int | None, sequential_ci: bool
+) -> float | None:
+    """The noise floor of a stage: the smallest speed-up its design promotes with probability
+    `DETECTABLE_POWER`, at the standard deviation of its paired log-ratios taken as the truth.
+
+    Sequential: the group-sequential design over the stage's request bound (`sequential.detectable`);
+    fixed horizon: the paired t test on the pairs that ran. A speed-up below it was unlikely to be
+    shown at this load, whatever its size: measure more requests, or accept a lower minSpeedup.
+    None without spread (ties) or with too few pairs.
+    """
+    n = int(d.size)
+    if n < 3:
+        return None
+    sd = float(np.std(d, ddof=1))
+    if not math.isfinite(sd) or sd == 0.0:
+        return None
+    if sequential_ci:
+        h = max(horizon or n, n)
+        floor = sequential.detectable(
+            sd, threshold=threshold, confidence=confidence, horizon=h, power=DETECTABLE_POWER
+        )
+        return math.exp(floor) if math.isfinite(floor) else None
+    crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))
+    return math.exp(threshold + crit * sd / math.sqrt(n))
+
+
+def sequential_estimate(
+    d: FloatArray, at: sequential.Look, *, threshold: float, confidence: float, horizon: int
+) -> float:
+    """The point estimate (log scale) that goes with the repeated confidence interval of `at`.
+
+    The median-unbiased estimate at the deciding look (`sequential.median_unbiased`): the naive
+    mean there is biased away from minSpeedup, because a stage stops early exactly when its mean
+    happens to lie far from it. It lies inside the interval (the interval is wider than the
+    stagewise one around it); where it would not (a statistic that jumped far past the boundary
+    between two looks, which the stagewise ordering cannot rank above earlier exits), or cannot be
+    computed, the interval's own centre (the mean at the look) is reported instead.
+    """
+    centre = float(np.mean(d[: at.n]))
+    estimate = sequential.median_unbiased(d, at, threshold=threshold, confidence=confidence, horizon=horizon)
+    if math.isfinite(estimate) and at.low <= estimate <= at.high:
+        return estimate
+    return centre
 
 
 def quantile_speedups(
@@ -263,12 +334,80 @@ def quantile_speedups(
     return out
 
 
-def proportion_interval(successes: int, trials: int, *, confidence: float) -> tuple[float, float]:
-    """Clopper-Pearson (exact) interval of a binomial proportion; (0, 1) with no trials."""
+def proportion_interval(
+    successes: int, trials: int, *, confidence: float, method: Literal["exact", "wilson"] = "exact"
+) -> tuple[float, float]:
+    """Clopper-Pearson (`exact`) or `wilson` score interval of a binomial proportion; (0, 1) with no trials."""
     if trials <= 0:
         return 0.0, 1.0
-    ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="exact")
+    ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method=method)
     return float(ci.low), float(ci.high)
+
+
+def paired_proportion_difference(
+    control: Sequence[bool], treatment: Sequence[bool], *, confidence: float
+) -> tuple[float, float, float] | None:
+    """treatment rate - control rate over paired successes, with Newcombe's hybrid score interval
+    for paired proportions (Newcombe 1998, method 10: Wilson limits of each rate, combined with the
+    pairs' phi correlation). None without pairs.
+
+    Pairing matters: both arms served the same prompts, so their successes are correlated and the
+    difference is known far better than from two independent samples.
+    """
+    n = len(control)
+    if n == 0 or len(treatment) != n:
+        return None
+    both = sum(c and t for c, t in zip(control, treatment, strict=True))
+    only_t = sum(t and not c for c, t in zip(control, treatment, strict=True))
+    only_c = sum(c and not t for c, t in zip(control, treatment, strict=True))
+    neither = n - both - only_t - only_c
+    p_t, p_c = (both + only_t) / n, (both + only_c) / n
+    l_t, u_t = proportion_interval(both + only_t, n, confidence=confidence, method="wilson")
+    l_c, u_c = proportion_interval(both + only_c, n, confidence=confidence, method="wilson")
+    a = (both + only_t) * (only_c + neither) * (both + only_c) * (only_t + neither)
+    phi = (both * neither - only_t * only_c) / math.sqrt(a) if a > 0 else 0.0
+    down = math.sqrt(max(0.0, (p_t - l_t) ** 2 - 2 * phi * (p_t - l_t) * (u_c - p_c) + (u_c - p_c) ** 2))
+    up = math.sqrt(max(0.0, (u_t - p_t) ** 2 - 2 * phi * (u_t - p_t) * (p_c - l_c) + (p_c - l_c) ** 2))
+    diff = p_t - p_c
+    return diff, max(-1.0, diff - down), min(1.0, diff + up)
+
+
+@dataclass(frozen=True)
+class QuantileChange:
+    """How one quantile moved from control to treatment: ratio and difference, with paired-bootstrap bounds."""
+
+    ratio: float
+    difference: float
+    ratio_ci: tuple[float, float] | None
+    difference_ci: tuple[float, float] | None
+
+
+def quantile_change(
+    control: FloatArray,
+    treatment: FloatArray,
+    *,
+    quantile: float,
+    confidence: float,
+    rng: np.random.Generator,
+) -> QuantileChange | None:
+    """treatment quantile / control quantile and treatment - control, over pairs (same resamples for both)."""
+    b = np.asarray(control, dtype=np.float64)
+    c = np.asarray(treatment, dtype=np.float64)
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    b, c = b[keep], c[keep]
+    if b.size == 0:
+        return None
+    qb, qc = float(np.quantile(b, quantile)), float(np.quantile(c, quantile))
+    if b.size < sequential.MIN_PAIRS:
+        return QuantileChange(qc / qb, qc - qb, None, None)
+    idx = rng.integers(0, b.size, size=(BOOTSTRAP_RESAMPLES, b.size))
+    boot_b, boot_c = np.quantile(b[idx], quantile, axis=1), np.quantile(c[idx], quantile, axis=1)
+    tail = (1.0 - confidence) / 2.0
+    ratio = np.quantile(boot_c / boot_b, [tail, 1.0 - tail])
+    diff = np.quantile(boot_c - boot_b, [tail, 1.0 - tail])
+    return QuantileChange(
+        qc / qb, qc - qb, (float(ratio[0]), float(ratio[1])), (float(diff[0]), float(diff[1]))
+    )
 
 
 # -------------------------------------------------------------------------------------------- pairing
@@ -349,8 +488,60 @@ def _quantile(values: FloatArray, q: float) -> float | None:
     return float(np.quantile(finite, q)) if finite.size else None
 
 
-def summarise_arm(records: Sequence[RequestRecord], window: StageWindow | None) -> ArmSummary:
-    """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s."""
+def active_seconds(records: Sequence[RequestRecord]) -> float:
+    """One arm's active time in a stage: its first request sent → its last response finished (s).
+
+    Per arm, not the stage window: the window ends when the slower arm drains, so dividing both
+    arms' tokens by it gives a faster arm the slower one's throughput. Failed requests count (they
+    occupied the arm); 0 when no request finished.
+    """
+    ends = [r.end for r in records if r.end is not None]
+    if not ends:
+        return 0.0
+    return max(0.0, max(ends) - min(r.sent for r in records))
+
+
+def meets_slo(record: RequestRecord, slo: Slo) -> bool:
+    """The request succeeded and each metric with an SLO is within that metric's largest limit."""
+    if not record.ok:
+        return False
+    for metric, limits in (("ttft", slo.ttft), ("tpot", slo.tpot), ("e2e", slo.e2e)):
+        if limits is None:
+            continue
+        value = getattr(record, _LATENCY_FIELDS[metric])
+        if metric == "tpot" and value is None and record.completion_tokens == 1:
+            continue  # one output token: no time per output token to miss
+        if value is None or not math.isfinite(value) or value > max(ms for _, ms in limits.limits()):
+            return False
+    return True
+
+
+def goodput(records: Sequence[RequestRecord], slo: Slo, *, confidence: float) -> Goodput | None:
+    """Requests of one arm meeting every SLO, with a Wilson interval; None without SLOs or requests."""
+    if not slo.limits() or not records:
+        return None
+    good = sum(meets_slo(r, slo) for r in records)
+    low, high = proportion_interval(good, len(records), confidence=confidence, method="wilson")
+    active = active_seconds(records)
+    return Goodput(
+        requests=len(records),
+        good=good,
+        fraction=good / len(records),
+        ci_low=low,
+        ci_high=high,
+        per_second=good / active if active > 0 else None,
+    )
+
+
+def summarise_arm(
+    records: Sequence[RequestRecord], *, slo: Slo | None = None, confidence: float = 0.95
+) -> ArmSummary:
+    """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s,
+    goodput (with `slo`).
+
+    Output tok/s = completion tokens of the arm's successful requests / the arm's own active time
+    (`active_seconds`).
+    """
     ok = [r for r in records if r.ok]
     summary = ArmSummary(requests=len(records), errors=len(records) - len(ok))
     for name, attr in _LATENCY_FIELDS.items():
@@ -360,13 +551,11 @@ def summarise_arm(records: Sequence[RequestRecord], window: StageWindow | None) 
         for q, suffix in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
             setattr(summary, f"{name}_{suffix}", _quantile(values, q))
     tokens = sum(r.completion_tokens or 0 for r in ok)
-    if window is not None and window.end > window.start:
-        duration = window.end - window.start
-    else:
-        ends = [r.end for r in records if r.end is not None]
-        duration = (max(ends) - min(r.sent for r in records)) if ends else 0.0
+    duration = active_seconds(records)
     if ok and duration > 0:
         summary.output_tokens_per_second = tokens / duration
+    if slo is not None:
+        summary.goodput = goodput(records, slo, confidence=confidence)
     return summary
 
 
@@ -483,18 +672,10 @@ def guardrails(
     both = pairs.both_ok()
 
     if g.max_ttft_regression is not None:
-        item = GuardrailResult(
-            name="ttftRegression", limit=g.max_ttft_regression, outcome=Outcome.NOT_EVALUATED
-        )
-        b, c = paired_values(both, "ttft")
-        tails = quantile_speedups(c, b, metric="ttft", confidence=conf, rng=rng, quantiles=(0.9,))
-        if tails and tails[0].estimate is not None:
-            t = tails[0]  # treatment p90 / control p90
-            item.estimate = (t.estimate or 0.0) - 1.0
-            if t.ci_low is not None and t.ci_high is not None:
-                item.ci_low, item.ci_high = t.ci_low - 1.0, t.ci_high - 1.0
-                item.outcome = _outcome(item.estimate, item.ci_low, g.max_ttft_regression, upper_is_bad=True)
-        out.append(item)
+        out.append(ttft_regression(spec, both, rng=rng))
+    out.extend(slo_guardrails(spec, pairs, confidence=conf))
+    if g.max_goodput_drop is not None and spec.analysis.slo.limits():
+        out.append(goodput_guardrail(spec, pairs))
 
     treated = list(pairs.treatment.values())
     item = GuardrailResult(name="errorRate", limit=g.max_error_rate, outcome=Outcome.NOT_EVALUATED)
@@ -529,6 +710,153 @@ def guardrails(
                 favourable = 1.0  # client proxy only: no interval, never "surely"
             item.outcome = _outcome(acc.rate, favourable, g.min_acceptance_rate, upper_is_bad=False)
         out.append(item)
+    return out
+
+
+def ttft_regression(
+    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]], *, rng: np.random.Generator
+) -> GuardrailResult:
+    """p90 TTFT, treatment over control: a regression beyond `maxTtftRegression` *and* `ttftToleranceMs`.
+
+    Breached: both estimates are beyond their limits; SurelyBreached: both favourable (lower)
+    bounds are (an intersection-union test: each bound at the analysis confidence keeps the level).
+    """
+    g = spec.analysis.guardrails
+    limit = g.max_ttft_regression if g.max_ttft_regression is not None else math.inf
+    item = GuardrailResult(
+        name="ttftRegression", limit=limit, tolerance=g.ttft_tolerance_ms, outcome=Outcome.NOT_EVALUATED
+    )
+    b, c = paired_values(both, "ttft")
+    change = quantile_change(b, c, quantile=0.9, confidence=spec.analysis.confidence, rng=rng)
+    if change is None:
+        return item
+    item.estimate, item.difference = change.ratio - 1.0, change.difference
+    if change.ratio_ci is None or change.difference_ci is None:
+        return item
+    item.ci_low, item.ci_high = change.ratio_ci[0] - 1.0, change.ratio_ci[1] - 1.0
+    item.difference_ci_low, item.difference_ci_high = change.difference_ci
+    tol = g.ttft_tolerance_ms
+    if item.ci_low > limit and item.difference_ci_low > tol:
+        item.outcome = Outcome.SURELY_BREACHED
+    elif item.estimate > limit and item.difference > tol:
+        item.outcome = Outcome.BREACHED
+    else:
+        item.outcome = Outcome.HOLDS
+        if item.estimate > limit:
+            item.note = f"p90 TTFT +{item.difference:.1f} ms is within the {tol:g} ms tolerance"
+    return item
+
+
+def _latencies(records: Iterable[RequestRecord], metric: str) -> FloatArray:
+    """One value per request, failed requests (and missing values) as +inf: they miss every SLO."""
+    values = [getattr(r, _LATENCY_FIELDS[metric]) if r.ok else None for r in records]
+    return np.array([math.inf if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def slo_guardrails(spec: ExperimentSpec, pairs: Pairs, *, confidence: float) -> list[GuardrailResult]:
+    """One guardrail per SLO limit: the treatment's percentile against it.
+
+    Estimate: the treatment's percentile (failed requests count as missing it); interval: the
+    distribution-free order-statistic interval of that percentile. Breached: the estimate is over
+    the limit; SurelyBreached: the lower bound is. NotEvaluated where the control misses the limit
+    too (the stage's load is beyond the SLO either way; goodput compares the arms there).
+    """
+    out: list[GuardrailResult] = []
+    for metric, percentile, ms in spec.analysis.slo.limits():
+        name = f"slo{metric.capitalize()}P{percentile}"
+        item = GuardrailResult(name=name, limit=ms, outcome=Outcome.NOT_EVALUATED)
+        out.append(item)
+        treated = _latencies(pairs.treatment.values(), metric)
+        control = _latencies(pairs.control.values(), metric)
+        if treated.size == 0 or control.size == 0:
+            continue
+        q = percentile / 100.0
+        estimate = float(np.quantile(treated, q, method="inverted_cdf"))
+        # Order statistics whose ranks a Binomial(n, q) brackets (scipy types it loosely); a rank
+        # beyond the sample is NaN, a failed request +inf: neither goes to status (JSON has no such numbers).
+        ci: Any = stats.quantile_test(treated, q=ms, p=q).confidence_interval(confidence)
+        low = float(ci.low) if math.isfinite(ci.low) else (math.inf if ci.low == math.inf else -math.inf)
+        item.estimate = estimate if math.isfinite(estimate) else None
+        item.ci_low = low if math.isfinite(low) else None
+        item.ci_high = float(ci.high) if math.isfinite(ci.high) else None
+        if not math.isfinite(estimate):
+            item.note = f"more than {100 - percentile}% of the treatment's requests failed"
+        control_p = float(np.quantile(control, q, method="inverted_cdf"))
+        if control_p > ms:
+            item.note = (
+                f"the control misses it too (p{percentile} {control_p:.4g} ms): goodput compares the arms"
+            )
+            continue
+        item.outcome = _outcome(estimate, low, ms, upper_is_bad=True)
+    return out
+
+
+def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
+    """Goodput must not drop: the paired change of the fraction of requests meeting every SLO.
+
+    Breached (blocks a Pass): the interval's upper bound is below 0 (goodput surely dropped);
+    SurelyBreached: below -maxGoodputDrop. A drop within the noise changes nothing.
+    """
+    limit = spec.analysis.guardrails.max_goodput_drop or 0.0
+    item = GuardrailResult(name="goodput", limit=limit, outcome=Outcome.NOT_EVALUATED)
+    slo = spec.analysis.slo
+    both = sorted(pairs.control.keys() & pairs.treatment.keys())
+    change = paired_proportion_difference(
+        [meets_slo(pairs.control[i], slo) for i in both],
+        [meets_slo(pairs.treatment[i], slo) for i in both],
+        confidence=spec.analysis.confidence,
+    )
+    if change is None:
+        return item
+    item.estimate, item.ci_low, item.ci_high = change
+    if item.ci_high < -limit:
+        item.outcome = Outcome.SURELY_BREACHED
+    elif item.ci_high < 0.0:
+        item.outcome = Outcome.BREACHED
+    else:
+        item.outcome = Outcome.HOLDS
+    return item
+
+
+def categories(
+    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]
+) -> list[CategoryResult]:
+    """Speed-up (paired t interval, informative) and acceptance per prompt category, by name.
+
+    Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
+    when no pair carries a category; pairs without one are left out.
+    """
+    a = spec.analysis
+    by_name: dict[str, list[tuple[RequestRecord, RequestRecord]]] = {}
+    for pair in both:
+        name = pair[1].category or pair[0].category
+        if name is not None:
+            by_name.setdefault(name, []).append(pair)
+    out: list[CategoryResult] = []
+    for name in sorted(by_name):
+        group = by_name[name]
+        control, treatment = paired_values(group, a.primary_metric.value)
+        mv = compare(
+            control,
+            treatment,
+            metric=a.primary_metric.value,
+            min_speedup=a.min_speedup,
+            confidence=a.confidence,
+            sequential_ci=False,
+            higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
+        )
+        acc, _ = acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)
+        out.append(
+            CategoryResult(
+                name=name,
+                pairs=len(group),
+                speedup=mv.effect,
+                ci_low=mv.ci[0] if mv.ci else None,
+                ci_high=mv.ci[1] if mv.ci else None,
+                acceptance_rate=acc.rate if acc is not None else None,
+                mean_length=acc.mean_length if acc is not None else None,
+            )
+        )
     return out
 
 
@@ -595,8 +923,8 @@ def analyse_stage(
     result = StageResult(
         name=stage.name,
         load=stage.load_label,
-        control=summarise_arm(list(pairs.control.values()), window),
-        treatment=summarise_arm(list(pairs.treatment.values()), window),
+        control=summarise_arm(list(pairs.control.values()), slo=a.slo, confidence=a.confidence),
+        treatment=summarise_arm(list(pairs.treatment.values()), slo=a.slo, confidence=a.confidence),
         stopped_early=bool(window and window.stopped_early),
     )
     result.batch_size = batch_size(stage, list(pairs.treatment.values()))
@@ -622,6 +950,8 @@ def analyse_stage(
         p_value=mv.p_value,
         n=mv.n,
         method=mv.method,
+        decided_at=mv.decided_at,
+        min_detectable=mv.detectable,
     )
     result.tails = quantile_speedups(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
@@ -631,6 +961,7 @@ def analyse_stage(
         list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens
     )
     result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
+    result.categories = categories(spec, both)
     om = _output_match(result)
     result.output_match = om.estimate if om is not None else None
 
@@ -691,7 +1022,19 @@ def analyse_stage(
 def _guardrail_line(g: GuardrailResult) -> str:
     bound = f" [{g.ci_low:.3g}, {g.ci_high:.3g}]" if g.ci_low is not None and g.ci_high is not None else ""
     est = f"{g.estimate:.3g}" if g.estimate is not None else "n/a"
-    return f"{g.name} {est}{bound} vs limit {g.limit:g}: {g.outcome}"
+    line = f"{g.name} {est}{bound} vs limit {g.limit:g}"
+    if g.name.startswith("slo"):
+        line += " ms"
+    elif g.name == "goodput":
+        line = f"goodput change {est}{bound} vs a drop of 0 (blocks) or {g.limit:g} (fails)"
+    if g.difference is not None and g.tolerance is not None:
+        diff = (
+            f" [{g.difference_ci_low:.3g}, {g.difference_ci_high:.3g}]"
+            if g.difference_ci_low is not None and g.difference_ci_high is not None
+            else ""
+        )
+        line += f" and +{g.difference:.3g} ms{diff} vs tolerance {g.tolerance:g} ms"
+    return f"{line}: {g.outcome}"
 
 
 def _stage_code(stage: StageResult) -> Reason:

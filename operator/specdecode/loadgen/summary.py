@@ -7,8 +7,9 @@ Definitions (also written into `loadgen-summary.json` under `definitions`):
 - ITL per event: gap between consecutive token-bearing events (one sample per event).
 - ITL per token: each event's gap divided by the tokens it carried, repeated once per token
   (token-weighted; comparable across arms under speculative decoding).
-- Output throughput = output tokens of successful requests / stage window (first intended send
-  → last response end); warm-up excluded (it is its own stage).
+- Output throughput = output tokens of successful requests / the arm's own active time in the stage
+  (its first send → its last response end), so a faster arm shows more than the slower one;
+  warm-up excluded (it is its own stage).
 - Schedule lag = send - intended (open loop).
 Percentiles are over requests (linear interpolation between order statistics), successful
 requests only; errors are counted by class.
@@ -22,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from specdecode.experiment import records
+from specdecode.experiment import records, verdict
 
 if TYPE_CHECKING:
     from specdecode.loadgen.plan import Plan
@@ -39,7 +40,11 @@ DEFINITIONS = {
     "tokens_per_event": (
         "completion tokens carried by one token-bearing event (1 + accepted under spec decode)"
     ),
-    "output_tokens_per_s": "sum of usage.completion_tokens of successful requests / stage window",
+    "output_tokens_per_s": (
+        "sum of usage.completion_tokens of successful requests / the arm's active time (first send"
+        " → last response end of that arm in the stage)"
+    ),
+    "requests_per_s": "successful requests / the arm's active time",
     "schedule_lag_ms": "send - intended send (open loop)",
     "acceptance_length_proxy": (
         "client proxy of mean acceptance length: (output tokens - 1) / (token events - 1)"
@@ -120,11 +125,11 @@ def _itl(recs: Sequence[records.RequestRecord]) -> tuple[list[float], list[float
 
 def arm_summary(
     recs: Sequence[records.RequestRecord],
-    window_s: float,
     control: dict[tuple[str, int], records.RequestRecord] | None,
 ) -> dict[str, Any]:
     """Statistics of one arm in one stage."""
     ok = [r for r in recs if r.ok]
+    active_s = verdict.active_seconds(recs)
     errors = Counter(r.error_class or "other" for r in recs if not r.ok)
     per_event, per_token, tpe = _itl(ok)
     out_tokens = sum(r.completion_tokens or 0 for r in ok)
@@ -144,8 +149,9 @@ def arm_summary(
         "tokens_per_event": dist(tpe),
         "schedule_lag_ms": dist([r.schedule_lag_ms for r in recs if r.schedule_lag_ms is not None]),
         "output_tokens": out_tokens,
-        "output_tokens_per_s": out_tokens / window_s if window_s > 0 else None,
-        "requests_per_s": len(ok) / window_s if window_s > 0 else None,
+        "active_s": active_s,
+        "output_tokens_per_s": out_tokens / active_s if active_s > 0 else None,
+        "requests_per_s": len(ok) / active_s if active_s > 0 else None,
         "acceptance_length_proxy": dist(proxies),
         "token_source_chunks": sum(1 for r in ok if r.token_source != "usage"),
     }
@@ -207,9 +213,7 @@ def build(
             "stopped_early": w.stopped_early,
             "arms": {
                 arm: arm_summary(
-                    [r for r in stage_recs if r.arm == arm],
-                    w.end - w.start,
-                    control if arm != "control" else None,
+                    [r for r in stage_recs if r.arm == arm], control if arm != "control" else None
                 )
                 for arm in arms
             },

@@ -1,13 +1,16 @@
 """Both arms as local processes: the simulator, `vllm serve` on local GPUs, or servers given by URL.
 
 Each arm runs exactly the command line the operator would render (`manifests.serve_args`), bound
-to 127.0.0.1 on a free port instead of 0.0.0.0:8000. Processes start in their own session so that
-stopping an arm stops everything it spawned; `Engines` stops all of them on exit, on failure and on
-Ctrl-C, and a stopped arm's log tail is kept for the error message.
+to 127.0.0.1 on a free port instead of 0.0.0.0:8000. Each arm starts in its own session with a
+token in its environment, so that stopping it stops everything it spawned, children that outlive
+it or ignore SIGTERM included (`processes.py`). `Engines` stops all arms on exit, on failure, on
+Ctrl-C and on SIGTERM or SIGHUP to the runner, and a stopped arm's log tail is kept for the error message.
+An arm stopped on purpose (one GPU: control before treatment) is neither waited for nor "crashed".
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -15,14 +18,20 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from specdecode.experiment import manifests, releases, spec
+from specdecode.local import processes
+
+#: seconds an arm's processes get to exit after SIGTERM before SIGKILL (vLLM shuts its engine down in a few)
+STOP_GRACE_S = 10.0
 
 
 class EngineError(Exception):
@@ -38,6 +47,10 @@ class Arm:
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     argv: list[str] = field(default_factory=list)
+    group: processes.Group | None = None
+    """Every process of the arm (None for servers given by URL)."""
+    stopped: bool = False
+    """Stopped on purpose by the runner: its exit is not a crash."""
 
     def exit_code(self) -> int | None:
         """None while running (or when not ours)."""
@@ -140,6 +153,8 @@ class Engines:
         env.update({e.name: e.value for e in self.spec.engine.env if e.value is not None})
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
+        token = f"{arm.value}-{uuid.uuid4().hex}"
+        env[processes.MARKER] = token
         with log.open("wb") as sink:
             process = subprocess.Popen(
                 argv,
@@ -149,14 +164,18 @@ class Engines:
                 env=env,
                 start_new_session=True,
             )
-        started = Arm(arm, f"http://127.0.0.1:{port}", process, log, argv)
+        started = Arm(arm, f"http://127.0.0.1:{port}", process, log, argv, processes.Group(process, token))
         self.arms[arm] = started
         return started
 
-    def wait_healthy(self, deadline_s: float) -> None:
-        """Until every arm answers `/health` with 200; EngineError naming the arm otherwise."""
+    def wait_healthy(self, deadline_s: float, arms: Iterable[spec.Arm] | None = None) -> None:
+        """Until the given arms (default: every arm not stopped) answer `/health` with 200.
+
+        EngineError naming the arm otherwise: one that exited (with its log tail), or the deadline.
+        """
         end = time.monotonic() + deadline_s
-        pending = dict(self.arms)
+        wanted = list(arms) if arms is not None else [a for a, s in self.arms.items() if not s.stopped]
+        pending = {arm: self.arms[arm] for arm in wanted}
         with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
             while pending:
                 for arm, state in list(pending.items()):
@@ -168,6 +187,8 @@ class Engines:
                     with contextlib.suppress(httpx.HTTPError):
                         if client.get(f"{state.url}/health").status_code == 200:
                             del pending[arm]
+                            if state.group is not None:
+                                state.group.remember()  # its engine processes exist by now
                 if pending and time.monotonic() > end:
                     names = " and ".join(a.value for a in pending)
                     tails = "\n".join(f"[{a.value}] {s.log_tail(4)}" for a, s in pending.items())
@@ -178,27 +199,48 @@ class Engines:
                     time.sleep(0.1)
 
     def crashed(self) -> Arm | None:
-        """The first arm whose process has exited, if any."""
-        return next((a for a in self.arms.values() if a.exit_code() is not None), None)
+        """The first arm whose process has exited without being stopped on purpose, if any."""
+        return next((a for a in self.arms.values() if not a.stopped and a.exit_code() is not None), None)
 
-    def stop(self, arm: spec.Arm) -> None:
-        """SIGTERM the arm's process group, then SIGKILL after 10 s."""
+    def stop(self, arm: spec.Arm) -> list[int]:
+        """Stop every process of the arm (SIGTERM, STOP_GRACE_S, SIGKILL); the pids that survived, if any."""
         state = self.arms.get(arm)
-        if state is None or state.process is None or state.process.poll() is not None:
-            return
-        _signal_group(state.process, signal.SIGTERM)
-        try:
-            state.process.wait(10)
-        except subprocess.TimeoutExpired:
-            _signal_group(state.process, signal.SIGKILL)
-            state.process.wait(5)
+        if state is None or state.group is None or state.stopped:
+            return []
+        state.stopped = True
+        with _signals_deferred():
+            return state.group.stop(grace_s=STOP_GRACE_S)
 
-    def stop_all(self) -> None:
-        """Stop every process this run started."""
-        for arm in list(self.arms):
-            self.stop(arm)
+    def stop_all(self) -> list[int]:
+        """Stop every process this run started, the arms at the same time; the pids that survived SIGKILL.
+
+        The run is ending: a Ctrl-C or SIGTERM meanwhile is dropped (it would only turn a finished
+        run into an interrupted one).
+        """
+        with (
+            _signals_deferred(reraise=False),
+            concurrent.futures.ThreadPoolExecutor(max(1, len(self.arms))) as pool,
+        ):
+            return [pid for left in pool.map(self.stop, list(self.arms)) for pid in left]
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
+@contextlib.contextmanager
+def _signals_deferred(*, reraise: bool = True) -> Iterator[None]:
+    """Ctrl-C, SIGTERM or SIGHUP arriving while arms are stopped is acted on after the stop (`reraise`), not in the middle.
+
+    Only the main thread may set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if reraise and caught:
+            signal.raise_signal(caught[0])

@@ -5,9 +5,16 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
-Whatever happens, every process started here is stopped, and what was measured stays in DIR:
-a crash, an arm that answers only errors, or Ctrl-C writes `result.json` with phase Failed and the
-cause (exit 3; 130 on Ctrl-C).
+Whatever happens, every process started here is stopped (`engines.py`), and what was measured
+stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
+phase Failed and the cause (exit 3; 130 on Ctrl-C, SIGTERM or SIGHUP).
+
+One GPU (vLLM, fewer than two GPUs): control alone, stopped, then treatment alone, on the same
+prompts and schedule (same plan, same salt); each load writes `DIR/load-<arm>/`, and DIR gets the
+same files as the paired run: `requests.jsonl` (both arms), `windows.json` (one window per stage with
+each arm's own server metrics; each arm's own windows and clock anchor under `arms`). The treatment's
+sequential stopping sees the control's records of the stage. Pairs were not simultaneous: the status
+message says so and `status.validity.simultaneous` is false.
 """
 
 from __future__ import annotations
@@ -15,10 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -27,14 +39,15 @@ from rich.console import Console
 from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import documents, records, releases, spec, status, validation, verdict
+from specdecode.experiment import documents, placement, records, releases, spec, status, validation, verdict
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
-from specdecode.local import engines, view
+from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
 EXPERIMENT_FILE = "experiment.yaml"
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,14 @@ class Options:
     fail_on_reject: bool = False
     mode: str = "live"
     """live (rich), quiet (a line per stage) or json (JSON lines on stdout)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the runner: handled as Ctrl-C (the arms are stopped, the results so far kept)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signal = signal.Signals(signum).name
 
 
 class ArmFailure(Exception):
@@ -76,14 +97,37 @@ def run(path: Path, options: Options) -> int:
     show = view.make_view(options.mode)
     run_ = _Run(experiment, options, show)
     try:
-        final = run_.execute()
-    except KeyboardInterrupt:
-        final = run_.failed("Interrupted", "interrupted by the user (Ctrl-C); the results so far are kept")
+        with _sigterm_interrupts():
+            final = run_.execute()
+    except KeyboardInterrupt as exc:
+        how = (
+            f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
+        )
+        final = run_.failed("Interrupted", f"{how}; the results so far are kept")
         _finish(console, options, final, out)
         return exit_status.INTERRUPTED
     finally:
         show.stop()
     return _finish(console, options, final, out)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP (the terminal closed) raise `Terminated`, so that the arms are stopped as on
+    Ctrl-C: they run in sessions of their own, so nothing else would stop them (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _finish(console: Console, options: Options, final: ExperimentStatus, out: Path) -> int:
@@ -108,7 +152,11 @@ class _Run:
         self.out = options.out
         self.records: list[records.RequestRecord] = []
         self.windows: list[records.StageWindow] = []
+        self.validity: dict[str, Any] | None = None
+        self.loads: dict[spec.Arm, runner.RunResult] = {}
+        """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
+        self.hosts: dict[spec.Arm, status.Host] = {}
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -132,7 +180,7 @@ class _Run:
             arms.attach(
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
-            self._load_together(arms)
+            self._load_together(arms, {})
         elif (kind := engines.engine_kind(self.spec)) == "vllm" and (
             problems := self._use_local_release(arms)
         ):
@@ -143,7 +191,7 @@ class _Run:
                 arms.start(arm, gpus=gpus.get(arm))
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
-            self._load_together(arms)
+            self._load_together(arms, gpus)
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
@@ -170,24 +218,41 @@ class _Run:
         per_arm = max(1, (validation.target_tensor_parallel(self.spec.engine.args) or 1))
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
 
-    def _load_together(self, arms: engines.Engines) -> None:
-        self.status = self.status.model_copy(
-            update={"phase": Phase.RUNNING, "environment": self._environment(arms)}
-        )
+    def _load_together(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
+        self._record_hosts(arms, gpus)
+        self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
         endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
         self._load(arms, endpoints)
 
     def _load_one_after_the_other(self, arms: engines.Engines) -> None:
         """One GPU: each arm alone, on the same prompts and the same schedule (pairs are not simultaneous)."""
         self.view.message("one GPU: the arms run one after the other on the same prompts and schedule")
+        (self.out / "requests.jsonl").unlink(missing_ok=True)
         for arm in spec.Arm:
-            arms.start(arm, gpus="0")
-            arms.wait_healthy(self.spec.deadlines.deploy_seconds)
+            started = arms.start(arm, gpus="0")
+            self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
+            arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
+            self._record_hosts(arms, {arm: "0"})
             self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
-            self._load(arms, {arm.value: runner.Endpoint(arms.arms[arm].url)}, suffix=f"-{arm.value}")
-            arms.stop(arm)
+            self.loads[arm] = self._load(
+                arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
+            )
+            # DIR/windows.json after each arm, so that a failure of the treatment keeps the control's
+            control, treatment = self.loads[spec.Arm.CONTROL], self.loads.get(spec.Arm.TREATMENT)
+            self.windows = _merged_windows(control.windows, treatment.windows if treatment else [])
+            _write_windows(self.out, control.anchor, self.windows, self.loads)
+            left = arms.stop(arm)
+            if left:
+                raise engines.EngineError(
+                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
+                )
+        self.validity = _merged_validity(
+            *(self.loads[arm].summary.get("validity") for arm in (spec.Arm.CONTROL, spec.Arm.TREATMENT))
+        )
 
-    def _load(self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = "") -> None:
+    def _load(
+        self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = ""
+    ) -> runner.RunResult:
         plan = plan_mod.plan_from_spec(
             self.spec,
             self.experiment.source.parent if self.experiment.source else Path.cwd(),
@@ -195,46 +260,66 @@ class _Run:
             salt=f"{self.spec.engine.seed}-local",
         )
         out = self.out if not suffix else self.out / f"load{suffix}"
+        # One GPU: the treatment's sequential looks pair it with the control measured before it.
+        earlier = [r for r in self.records if not r.warmup]
         self.view.start()
-        result = asyncio.run(self._watched(plan, endpoints, out, arms))
-        self.view.stop()
-        self.records.extend(_read_records(out))
+        try:
+            result = asyncio.run(self._watched(plan, endpoints, out, arms, self._stop_rule(earlier)))
+        finally:
+            self.view.stop()
+            # what was measured is kept, also when the load ended by a crash or Ctrl-C
+            self.records.extend(_read_records(out))
+            if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
+                with (self.out / "requests.jsonl").open("a") as sink:
+                    sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
         self.validity = result.summary.get("validity")
-        if suffix:  # keep one requests.jsonl in DIR, as in the paired case
-            with (self.out / "requests.jsonl").open("a") as sink:
-                sink.write((out / "requests.jsonl").read_text())
         self._check_errors_only(endpoints)
+        return result
 
     async def _watched(
-        self, plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path, arms: engines.Engines
+        self,
+        plan: plan_mod.Plan,
+        endpoints: dict[str, runner.Endpoint],
+        out: Path,
+        arms: engines.Engines,
+        stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
         """The load, cancelled as soon as an arm's process dies."""
-        load = asyncio.create_task(
-            runner.run(plan, endpoints, out, stop_rule=self._stop_rule(), progress=self.view)
-        )
-        while not load.done():
+        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=self.view))
+        # After the load too: a dead arm fails its last requests at once, so the load may end first.
+        settled: float | None = None
+        while settled is None or time.monotonic() < settled:
             crashed = arms.crashed()
             if crashed is not None:
                 load.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await load
-                self.records = _read_records(out)
                 raise ArmFailure(
                     "EngineCrashed",
                     f"the {crashed.arm.value} arm exited with status {crashed.exit_code()} during the load; "
                     f"its log ends with:\n{crashed.log_tail()}",
                 )
-            await asyncio.wait({load}, timeout=0.2)
+            if load.done():
+                settled = settled or time.monotonic() + 0.3
+                await asyncio.sleep(0.05)
+            else:
+                await asyncio.wait({load}, timeout=0.2)
         return load.result()
 
-    def _stop_rule(self) -> Callable[[str, Sequence[records.RequestRecord]], bool]:
-        """The load generator's sequential stopping, also feeding the live view's running speed-up."""
+    def _stop_rule(
+        self, earlier: Sequence[records.RequestRecord] = ()
+    ) -> Callable[[str, Sequence[records.RequestRecord]], bool]:
+        """The load generator's sequential stopping, also feeding the live view's running speed-up.
+
+        `earlier`: records of the other arm measured before this load (one GPU), joined by stage.
+        """
         sequential = plan_mod.stop_rule(self.spec)
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-            self.view.note_speedup(stage, list(recs))
-            return sequential is not None and sequential(stage, recs)
+            both = [*(r for r in earlier if r.stage == stage), *recs] if earlier else list(recs)
+            self.view.note_speedup(stage, both)
+            return sequential is not None and sequential(stage, both)
 
         return decided
 
@@ -253,28 +338,53 @@ class _Run:
         windows = self.windows
         if self.spec.prometheus is not None:
             windows = self._prometheus_windows()
-        analysis = verdict.analyse(self.spec, self.records, windows, validity=getattr(self, "validity", None))
+        analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
         judged = judged.model_copy(
-            update={"completed_at": _now(), "validity": getattr(self, "validity", None)}
+            update={
+                "completed_at": _now(),
+                "validity": self.validity,
+                "message": placement.qualify(judged.message or "", judged.environment),
+            }
         )
+        if self.loads:
+            judged = self._one_after_the_other(judged)
         self.windows = windows
         self._write(judged)
         return judged
 
+    def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
+        """One GPU: the message says that pairs were not simultaneous."""
+        note = "one GPU: the arms ran one after the other on the same prompts and schedule, so pairs were not simultaneous"
+        message = f"{judged.message}; {note}" if judged.message else note
+        return judged.model_copy(update={"message": message})
+
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
         settings = OperatorSettings.from_env()
-        anchor = _read_anchor(self.out)
-        try:
+        source = prometheus.PrometheusSource(self.spec.prometheus.url)
+
+        def query(
+            windows: list[records.StageWindow], anchor: records.RunAnchor, arms: Sequence[spec.Arm]
+        ) -> list[records.StageWindow]:
             return collect.with_prometheus(
-                prometheus.PrometheusSource(self.spec.prometheus.url),
-                self.windows,
+                source,
+                windows,
                 anchor,
                 namespace=self.experiment.namespace,
                 name=self.experiment.name,
                 settings=settings,
+                arms=arms,
             )
+
+        try:
+            if not self.loads:
+                return query(self.windows, _read_anchor(self.out), tuple(spec.Arm))
+            # One GPU: each arm over its own windows and clock, then one window per stage again.
+            control, treatment = (
+                query(self.loads[arm].windows, self.loads[arm].anchor, (arm,)) for arm in spec.Arm
+            )
+            return _merged_windows(control, treatment)
         except (prometheus.PrometheusUnavailable, prometheus.PrometheusNoData) as exc:
             raise ArmFailure("PrometheusUnavailable", f"spec.prometheus.url: {exc}") from None
 
@@ -307,22 +417,99 @@ class _Run:
             write_inputs=False,
         )
 
-    def _environment(self, arms: engines.Engines) -> status.Environment:
-        versions = []
+    def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
+        """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
         with httpx.Client(timeout=2.0) as client:
-            for state in arms.arms.values():
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    versions.append(str(client.get(f"{state.url}/version").json().get("version")))
+            for arm, state in arms.arms.items():
+                if arm not in self.hosts and state.exit_code() is None:
+                    self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
         sim = self.spec.engine.simulator
-        return status.Environment(
+        environment = status.Environment(
             image=None if sim else self.spec.engine.image,
-            vllm_version=versions[0] if versions else None,
             model_revision=self.spec.model_revision or None,
             draft_model=self.spec.speculative.model or self.spec.speculative.method.value,
             simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
-            nodes=["localhost"],
             vllm_rules=(self.release or releases.resolve(self.spec.engine)).describe(),
         )
+        hosts = status.ArmHosts(
+            control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
+        )
+        environment = placement.with_hosts(environment, hosts)
+        self.status = self.status.model_copy(update={"environment": environment})
+        warning = placement.warning(environment)
+        if warning is not None:
+            self.view.message(f"warning: {warning}")
+
+
+def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> status.Host:
+    """An arm's host: this machine when it runs here (started here, or on loopback), else its URL's host.
+
+    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`.
+    """
+    here = arm.process is not None or (urlsplit(arm.url).hostname or "") in _LOOPBACK
+    host = hosts.this_host(gpus) if here else status.Host(node=urlsplit(arm.url).hostname)
+    facts: dict[str, object] = {}
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+        facts["vllm_version"] = str(client.get(f"{arm.url}/version").json()["version"])
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, KeyError):
+        answer = client.get(f"{arm.url}/sim/host")
+        if answer.status_code == 200:
+            facts["speed_factor"] = float(answer.json()["speedFactor"])
+    return host.model_copy(update=facts)
+
+
+def _merged_windows(
+    control: Sequence[records.StageWindow], treatment: Sequence[records.StageWindow]
+) -> list[records.StageWindow]:
+    """One GPU: one window per stage with each arm's own server metrics (times: the control's).
+
+    A stage the treatment ended early by sequential stopping is marked stopped early.
+    """
+    theirs = {w.stage: w for w in treatment}
+    merged = []
+    for mine in control:
+        other = theirs.get(mine.stage)
+        server = {k: v for k, v in mine.server.items() if k == spec.Arm.CONTROL.value}
+        if other is not None:
+            server.update({k: v for k, v in other.server.items() if k == spec.Arm.TREATMENT.value})
+        stopped = mine.stopped_early or (other is not None and other.stopped_early)
+        merged.append(mine.model_copy(update={"server": server, "stopped_early": stopped}))
+    return merged
+
+
+def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
+    """One GPU: valid when both loads were; each arm's block kept under `arms`; `simultaneous` false."""
+    blocks = {arm.value: block for arm, block in zip(spec.Arm, (control, treatment), strict=True)}
+    reasons = [
+        f"{arm}: {reason}"
+        for arm, block in blocks.items()
+        if isinstance(block, dict)
+        for reason in block.get("reasons") or []
+    ]
+    valid = all(bool(b.get("valid", True)) for b in blocks.values() if isinstance(b, dict))
+    return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
+
+
+def _write_windows(
+    out: Path,
+    anchor: records.RunAnchor,
+    windows: Sequence[records.StageWindow],
+    loads: dict[spec.Arm, runner.RunResult],
+) -> None:
+    """One GPU: DIR/windows.json as when paired (anchor, windows), plus each arm's own under `arms`."""
+    doc = {
+        "anchor": anchor.model_dump(),
+        "windows": [w.model_dump(mode="json") for w in windows],
+        "simultaneous": False,
+        "arms": {
+            arm.value: {
+                "anchor": load.anchor.model_dump(),
+                "windows": [w.model_dump(mode="json") for w in load.windows],
+            }
+            for arm, load in loads.items()
+        },
+    }
+    (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _read_records(directory: Path) -> list[records.RequestRecord]:

@@ -77,9 +77,9 @@ class View:
 class QuietView(View):
     """One line per stage, for pipelines."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         super().__init__()
-        self.out = out
+        self.out = out or sys.stderr  # the stream of now, not of import time (redirected in tests)
 
     def update(self, event: runner.ProgressEvent) -> None:
         if isinstance(event, runner.StageFinished):
@@ -97,9 +97,9 @@ class QuietView(View):
 class JsonView(View):
     """One JSON object per event on stdout."""
 
-    def __init__(self, out: TextIO = sys.stdout) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         super().__init__()
-        self.out = out
+        self.out = out or sys.stdout  # the stream of now, not of import time
 
     def update(self, event: runner.ProgressEvent) -> None:
         payload: dict[str, Any] = {"event": type(event).__name__, "stage": event.stage}

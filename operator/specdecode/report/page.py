@@ -1,7 +1,8 @@
 """report.html: one self-contained page (inline CSS and SVG, no scripts, no network) per experiment.
 
 Sections: the verdict and why; speed-up versus load with confidence bars; per-stage tables of TTFT,
-TPOT and E2E quantiles per arm with tail speed-ups and guardrails; latency CDFs per arm and stage;
+TPOT and E2E quantiles per arm (goodput with SLOs) with tail speed-ups, per-category speed-up and
+acceptance, guardrails, and where mismatched outputs first differ; latency CDFs per arm and stage;
 acceptance per draft position (each source); the validity block; provenance.
 """
 
@@ -12,9 +13,16 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from specdecode.experiment import placement
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmSummary, ExperimentStatus, StageResult, StageVerdict
+from specdecode.experiment.status import (
+    ArmSummary,
+    ExperimentStatus,
+    GuardrailResult,
+    StageResult,
+    StageVerdict,
+)
 from specdecode.report import svg
 
 _CSS = """
@@ -46,12 +54,24 @@ def _badge(text: str) -> str:
     return f'<span class="verdict {escape(text)}">{escape(text)}</span>'
 
 
+def _goodput(arm: ArmSummary) -> str:
+    g = arm.goodput
+    if g is None or g.fraction is None:
+        return "–"
+    bound = f" [{g.ci_low:.0%}, {g.ci_high:.0%}]" if g.ci_low is not None and g.ci_high is not None else ""
+    rate = f"; {g.per_second:.3g}/s" if g.per_second is not None else ""
+    return f"{g.fraction:.1%}{bound}{rate}"
+
+
 def _arm_table(stage: StageResult) -> str:
     rows = []
+    goodput = stage.control.goodput is not None or stage.treatment.goodput is not None
     header = (
         "<tr><th class=l>arm</th><th>requests</th><th>errors</th>"
         + "".join(f"<th>{m} {q}</th>" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99"))
-        + "<th>output tok/s</th></tr>"
+        + "<th>output tok/s</th>"
+        + ("<th>goodput</th>" if goodput else "")
+        + "</tr>"
     )
     for name, arm in (("control", stage.control), ("treatment", stage.treatment)):
         cells = [
@@ -60,11 +80,14 @@ def _arm_table(stage: StageResult) -> str:
         rows.append(
             f"<tr><td class=l>{name}</td><td>{arm.requests}</td><td>{arm.errors}</td>"
             + "".join(f"<td>{c}</td>" for c in cells)
-            + f"<td>{_num(arm.output_tokens_per_second, 4)}</td></tr>"
+            + f"<td>{_num(arm.output_tokens_per_second, 4)}</td>"
+            + (f"<td>{escape(_goodput(arm))}</td>" if goodput else "")
+            + "</tr>"
         )
-    return (
-        f"<table>{header}{''.join(rows)}</table><p class=muted>latencies in ms, successful requests only</p>"
-    )
+    note = "latencies in ms, successful requests only; output tok/s over each arm's own active time"
+    if goodput:
+        note += "; goodput: requests meeting every SLO [interval], and per second"
+    return f"<table>{header}{''.join(rows)}</table><p class=muted>{note}</p>"
 
 
 def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
@@ -76,7 +99,77 @@ def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
     return (
         "<tr><td class=l>control / treatment</td><td></td><td></td>"
         + "".join(f"<td>{c}</td>" for c in cells)
-        + "<td></td></tr>"
+        + "<td></td>"
+        + ("<td></td>" if control.goodput is not None or treatment.goodput is not None else "")
+        + "</tr>"
+    )
+
+
+def _guardrail_note(g: GuardrailResult) -> str:
+    parts = []
+    if g.difference is not None and g.tolerance is not None:
+        bound = (
+            f" [{_num(g.difference_ci_low)}, {_num(g.difference_ci_high)}]"
+            if g.difference_ci_low is not None and g.difference_ci_high is not None
+            else ""
+        )
+        parts.append(f"p90 {g.difference:+.3g} ms{bound}, tolerance {g.tolerance:g} ms")
+    if g.name.startswith("slo"):
+        parts.append("treatment percentile vs the SLO, ms")
+    if g.name == "goodput":
+        parts.append(
+            "change in the fraction meeting every SLO (treatment - control); limit: the largest drop"
+        )
+    if g.note:
+        parts.append(g.note)
+    return "; ".join(parts)
+
+
+#: mismatched pairs shown per stage, and characters of context around the divergence
+MISMATCHES_SHOWN = 5
+_BEFORE, _AFTER = 30, 50
+
+
+def _around(text: str, at: int) -> str:
+    start = max(0, at - _BEFORE)
+    head = ("…" if start else "") + escape(text[start:at])
+    tail = text[at : at + _AFTER]
+    return f"{head}<b>{escape(tail)}</b>" + ("…" if at + _AFTER < len(text) else "")
+
+
+def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+    """Where the treatment's greedy output first differs from the control's, for a few pairs."""
+    arms: dict[str, dict[int, RequestRecord]] = {"control": {}, "treatment": {}}
+    for r in records:
+        if r.stage == stage.name and not r.warmup and r.ok and r.arm in arms:
+            arms[r.arm][r.index] = r
+    rows: list[str] = []
+    count = 0
+    for i in sorted(arms["control"].keys() & arms["treatment"].keys()):
+        c, t = arms["control"][i], arms["treatment"][i]
+        ck, tk = c.text_hash or c.text, t.text_hash or t.text
+        if ck is None or tk is None or ck == tk:
+            continue
+        count += 1
+        if len(rows) == MISMATCHES_SHOWN:
+            continue
+        at = t.diverges_at if t.diverges_at is not None else c.diverges_at
+        if at is None and c.text is not None and t.text is not None:
+            pairs = zip(c.text, t.text, strict=False)
+            at = next((k for k, (x, y) in enumerate(pairs) if x != y), min(len(c.text), len(t.text)))
+        if at is None or c.text is None or t.text is None:
+            cells = "<td class='l muted' colspan=2>texts not kept (hashes differ)</td>"
+        else:
+            cells = f"<td class=l>{_around(c.text, at)}</td><td class=l>{_around(t.text, at)}</td>"
+        rows.append(
+            f"<tr><td>{i}</td><td class=l>{escape(t.prompt_id)}</td><td>{'–' if at is None else at}</td>{cells}</tr>"
+        )
+    if not rows:
+        return ""
+    return (
+        f"<p>{count} paired output(s) differ under the same prompt; the first {len(rows)}, from the first"
+        " differing character (bold):</p><table><tr><th>index</th><th class=l>prompt</th><th>differs at</th>"
+        "<th class=l>control</th><th class=l>treatment</th></tr>" + "".join(rows) + "</table>"
     )
 
 
@@ -88,8 +181,15 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     if sp is not None:
         out.append(
             f"<p>{escape(sp.metric)} speed-up <b>{escape(_ci(sp.estimate, sp.ci_low, sp.ci_high))}</b> "
-            f"from {sp.n} pairs ({escape(sp.method or '')}; p = {_num(sp.p_value, 2)})"
+            f"from {sp.n} pairs ({escape(sp.method or '')}"
+            + (f", decided at the look after {sp.decided_at}" if sp.decided_at not in (None, sp.n) else "")
+            + f"; p = {_num(sp.p_value, 2)})"
             + (" — stopped early by the sequential rule" if stage.stopped_early else "")
+            + (
+                f"; noise floor {sp.min_detectable:.2f}x (the smallest speed-up this stage shows 9 times in 10)"
+                if sp.min_detectable is not None
+                else ""
+            )
             + (f"; ~{stage.batch_size:.1f} running requests" if stage.batch_size is not None else "")
             + "</p>"
         )
@@ -106,17 +206,32 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             )
             + "</table>"
         )
+    if stage.categories:
+        out.append(
+            "<table><tr><th class=l>category</th><th>pairs</th><th>speed-up [CI]</th>"
+            "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
+                f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
+                f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
+                for c in stage.categories
+            )
+            + "</table><p class=muted>per prompt category: paired t intervals, informative (they do not"
+            " decide)</p>"
+        )
     if stage.guardrails:
         out.append(
             "<table><tr><th class=l>guardrail</th><th>estimate</th><th>interval</th><th>limit</th>"
-            "<th class=l>outcome</th></tr>"
+            "<th class=l>outcome</th><th class=l>note</th></tr>"
             + "".join(
                 f"<tr><td class=l>{escape(g.name)}</td><td>{_num(g.estimate)}</td>"
-                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td></tr>"
+                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td>"
+                f"<td class=l>{escape(_guardrail_note(g))}</td></tr>"
                 for g in stage.guardrails
             )
             + "</table>"
         )
+    out.append(_mismatches(stage, records))
     acc = stage.acceptance
     if acc is not None:
         out.append(
@@ -144,6 +259,37 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
         )
     out.append('<div class="plots">' + "".join(plots) + "</div>")
     return "".join(out)
+
+
+def _hosts_section(status: ExperimentStatus) -> str:
+    """Where each arm ran, side by side; the facts in which the hosts differ are marked."""
+    env = status.environment
+    if env is None or env.arms is None:
+        return "<p class=muted>where the arms ran was not recorded</p>"
+    control = env.arms.control.wire() if env.arms.control else {}
+    treatment = env.arms.treatment.wire() if env.arms.treatment else {}
+    keys = [k for k in (*control, *treatment) if k in control or k in treatment]
+    rows = "".join(
+        f"<tr><th class=l>{escape(k)}</th>"
+        + "".join(f"<td class=l>{escape(_fact(side.get(k)))}</td>" for side in (control, treatment))
+        + ("<td class=l><b>differs</b></td>" if k in env.host_differences else "<td></td>")
+        + "</tr>"
+        for k in dict.fromkeys(keys)
+    )
+    warning = placement.warning(env)
+    note = f"<p><b>Placement:</b> {escape(warning)}</p>" if warning else ""
+    return (
+        note
+        + "<table><tr><th class=l>host</th><th class=l>control</th><th class=l>treatment</th><th></th></tr>"
+        + rows
+        + "</table>"
+    )
+
+
+def _fact(value: object) -> str:
+    if value is None:
+        return "–"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def render_html(
@@ -217,7 +363,10 @@ def render_html(
             + "</table>"
         )
     body.append("<h2>Provenance</h2>")
+    body.append(_hosts_section(status))
     env = status.environment.wire() if status.environment is not None else {}
+    env.pop("arms", None)
+    env.pop("hostDifferences", None)
     prov = {
         "model": spec.model,
         "modelRevision": spec.model_revision or None,

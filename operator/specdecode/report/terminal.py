@@ -1,4 +1,5 @@
-"""The terminal summary: one rich table of the stages, the verdict line and the recommendation."""
+"""The terminal summary: the verdict line, a rich table of the stages (and one per prompt category,
+when the prompts carry categories) and the recommendation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment.status import ExperimentStatus
+from specdecode.experiment import placement
+from specdecode.experiment.status import ExperimentStatus, Goodput
 
 _STYLE = {
     "Promote": "bold green",
@@ -24,6 +26,10 @@ def _n(v: float | None, fmt: str = ".1f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
+def _pct(g: Goodput | None) -> str:
+    return "–" if g is None or g.fraction is None else f"{g.fraction:.0%}"
+
+
 def render_terminal(status: ExperimentStatus) -> RenderableType:
     """A rich renderable: verdict, reason and message; per-stage table; recommendation."""
     verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
@@ -35,6 +41,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         status.message or "",
     )
     table = Table(title="stages", show_lines=False)
+    goodput = any(s.control.goodput is not None or s.treatment.goodput is not None for s in status.stages)
     for col in (
         "stage",
         "load",
@@ -43,6 +50,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         "TPOT p50 c/t ms",
         "TTFT p90 c/t ms",
         "errors c/t",
+        *(["goodput c/t"] if goodput else []),
         "acceptance",
         "output match",
         "verdict",
@@ -64,6 +72,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             f"{_n(s.control.tpot_p50, '.2f')} / {_n(s.treatment.tpot_p50, '.2f')}",
             f"{_n(s.control.ttft_p90)} / {_n(s.treatment.ttft_p90)}",
             f"{s.control.errors} / {s.treatment.errors}",
+            *([f"{_pct(s.control.goodput)} / {_pct(s.treatment.goodput)}"] if goodput else []),
             "–"
             if acc is None or acc.rate is None
             else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
@@ -78,12 +87,35 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         parts.append(
             Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
         )
+
+    if env is not None and env.arms is not None:
+        where = {
+            arm: host.node
+            for arm, host in (("control", env.arms.control), ("treatment", env.arms.treatment))
+            if host is not None and host.node
+        }
+        if where:
+            parts.append(Text("hosts: " + ", ".join(f"{arm} on {node}" for arm, node in where.items())))
+        warning = placement.warning(env)
+        if warning is not None:
+            parts.append(Text(f"placement: {warning}", style="yellow"))
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"
         if rec.num_speculative_tokens_per_batch_size is not None:
             line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
         parts.append(Text(line))
+    if any(s.categories for s in status.stages):
+        by_category = Table(title="per prompt category (informative)", show_lines=False)
+        for col in ("stage", "category", "pairs", "speed-up [CI]", "acceptance"):
+            by_category.add_column(col, justify="left" if col in {"stage", "category"} else "right")
+        for s in status.stages:
+            for c in s.categories:
+                ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
+                if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
+                    ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
+                by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
+        parts.append(by_category)
     return Group(*parts)
 
 

@@ -2,7 +2,8 @@
 
 Endpoints: `POST /v1/completions`, `POST /v1/chat/completions` (streaming and not),
 `GET /v1/models`, `/health`, `/ping`, `/version`, `/metrics`, and the simulator's own
-`GET /sim/ground_truth[?request_id=ID][&clear=1]`.
+`GET /sim/ground_truth[?request_id=ID][&clear=1]` and `GET /sim/host` (the simulated host's
+`speedFactor`, which `run --local` records as provenance).
 
 vLLM behaviours kept (shared/reference/vllm-0.33-facts.md §4–5): SSE events are exactly
 `data: <json>\\n\\n` ending with `data: [DONE]`; the chat role chunk comes with the first token;
@@ -61,6 +62,8 @@ class ApiConfig:
     api_keys: tuple[str, ...]
     max_model_len: int
     disconnect_rate: float = 0.0
+    speed_factor: float = 1.0
+    """The simulated host's speed factor, reported at /sim/host."""
 
 
 class ApiError(Exception):
@@ -114,6 +117,8 @@ class App:
                 conn.respond(200, self.truth.jsonl(q.get("request_id", [None])[0]), b"application/jsonl")
                 if q.get("clear"):
                     self.truth.clear()
+            elif path == "/sim/host":
+                conn.respond(200, _json({"speedFactor": self.cfg.speed_factor}))
             elif path.startswith("/v1/"):
                 self._v1(req, conn)
             else:

@@ -126,6 +126,11 @@ PARAM_FLAGS: dict[str, type] = {
 }
 
 
+#: The simulated host's speed factor when `--speed-factor` is not given: set per "node" (by a node
+#: agent, or per process in `run --local` tests), so that one spec runs on hosts of different speeds.
+SPEED_FACTOR_ENV = "SPECDECODE_SIM_SPEED_FACTOR"
+
+
 class OptionsError(ValueError):
     """A command line vLLM would refuse (its message is printed, exit status 2)."""
 
@@ -195,6 +200,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             metavar="X",
             help=f"override the profile's {name}",
         )
+    p.add_argument(
+        "--speed-factor",
+        type=float,
+        default=None,
+        metavar="X",
+        help=f"the simulated host's speed: every time parameter x X (1.1 = a 10%% slower host); "
+        f"default ${SPEED_FACTOR_ENV} or 1",
+    )
     faults = p.add_argument_group("fault injection and ground truth")
     faults.add_argument(
         "--startup-delay",
@@ -260,6 +273,8 @@ class SimOptions:
     max_model_len: int
     profile: str
     params: SimParams
+    speed_factor: float
+    """The simulated host's speed factor (already applied to `params`)."""
     startup_delay: float
     crash_after: float | None
     disconnect_rate: float
@@ -298,6 +313,8 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
         raise OptionsError(f"unknown --profile {ns.profile!r}; known: {', '.join(sorted(PROFILES))}")
     overrides = {name: getattr(ns, f"param_{name}") for name in PARAM_FLAGS}
     params = PROFILES[ns.profile].with_overrides({k: v for k, v in overrides.items() if v is not None})
+    speed_factor = _speed_factor(ns.speed_factor)
+    params = params.slower(speed_factor)
     spec_cfg: dict[str, Any] | None = None
     spec: SpecConfig | None = None
     if ns.speculative_config is not None:
@@ -324,6 +341,7 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
         max_model_len=ns.max_model_len,
         profile=ns.profile,
         params=params,
+        speed_factor=speed_factor,
         startup_delay=ns.startup_delay,
         crash_after=ns.crash_after,
         disconnect_rate=ns.disconnect_rate,
@@ -331,6 +349,24 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
         wake_margin_s=ns.wake_margin_ms / 1000.0,
         ignored=tuple(getattr(ns, "ignored", None) or ()),
     )
+
+
+def _speed_factor(flag: float | None) -> float:
+    source, value = "--speed-factor", flag
+    if value is None:
+        raw = os.environ.get(SPEED_FACTOR_ENV, "").strip()
+        if not raw:
+            return 1.0
+        source = SPEED_FACTOR_ENV
+        try:
+            value = float(raw)
+        except ValueError:
+            raise OptionsError(
+                f"{source}: {raw!r} is not a number; give e.g. 1.1 for a 10% slower host"
+            ) from None
+    if not 0.01 <= value <= 100:
+        raise OptionsError(f"{source}: {value:g} is out of range; give a factor in [0.01, 100] (1 = nominal)")
+    return value
 
 
 def profiles_table() -> str:

@@ -57,6 +57,7 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
         api_keys=opts.api_keys,
         max_model_len=opts.max_model_len,
         disconnect_rate=opts.disconnect_rate,
+        speed_factor=opts.speed_factor,
     )
     app = api.App(cfg, engine, metrics, truth)
     # Fewer young-generation collections: the hot path allocates small objects at 10^4/s.
