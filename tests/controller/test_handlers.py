@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from specdecode import cli, exit_status
-from specdecode.controller import kube, results
+from specdecode.controller import collect, kube, results
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, validation
+from specdecode.experiment import manifests, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal
 from tests.factories import experiment_document
 
@@ -312,3 +312,29 @@ def test_a_child_name_taken_by_a_foreign_object_is_never_adopted(
     assert (status["phase"], status["reason"]) == ("Failed", "ChildConflict"), status
     assert client.names(kube.DEPLOYMENT) == [] and client.names(kube.JOB) == []
     assert loaded_spec(client)[1]["spec"]["workload"]["requestsPerStage"] == 7  # untouched, unused
+
+
+def test_a_report_config_map_the_experiment_does_not_own_is_never_replaced() -> None:
+    client = FakeKube()
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "exp-report"},
+        "data": {"a": "b"},
+    }
+    client.add(foreign)
+    experiment, _ = validation.parse_experiment(document())
+    metadata = {"name": "exp", "namespace": "ns", "uid": "experiment-uid", "generation": 1}
+    store = collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
+    with pytest.raises(
+        collect.ReportNameTaken, match="ConfigMap exp-report exists and is not this experiment's"
+    ):
+        asyncio.run(store)
+    assert client.named(kube.CONFIG_MAP, "exp-report")["data"] == {"a": "b"}
+    del client.store[(kube.CONFIG_MAP, "exp-report")]
+    asyncio.run(collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata))
+    stored = client.named(kube.CONFIG_MAP, "exp-report")
+    assert [o["uid"] for o in stored["metadata"]["ownerReferences"]] == ["experiment-uid"]
+    asyncio.run(
+        collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
+    )  # its own: replaced

@@ -16,8 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdecode.controller import prometheus, results
-from specdecode.controller.kube import Kube
+from specdecode.controller import observe, prometheus, results
+from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
@@ -119,6 +119,10 @@ def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str,
     }
 
 
+class ReportNameTaken(Exception):
+    """`<exp>-report` exists and is not the experiment's: it is never replaced."""
+
+
 async def store_report(
     kube: Kube,
     judged: status.ExperimentStatus,
@@ -127,8 +131,15 @@ async def store_report(
     experiment: spec.ExperimentSpec,
     metadata: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`."""
+    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`;
+    raises ReportNameTaken rather than replace a ConfigMap of that name that the experiment does not own."""
     name = str(metadata["name"])
+    uid = str(metadata.get("uid") or "")
+    existing = await kube.get(CONFIG_MAP, str(metadata["namespace"]), f"{name}-report")
+    if existing is not None and uid and not observe.owned_by(existing, uid):
+        raise ReportNameTaken(
+            f"the report was not stored: ConfigMap {name}-report exists and is not this experiment's"
+        )
     html = await asyncio.to_thread(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
@@ -221,16 +232,21 @@ async def collect(
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     judged = analysis.apply(current)
-    report = await store_report(kube, judged, recs, windows, experiment, metadata)
+    message = analysis.message
+    ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
+    try:
+        await store_report(kube, judged, recs, windows, experiment, metadata)
+    except ReportNameTaken as exc:  # the verdict stands; only its report has nowhere to go
+        message, ref = f"{message}; {exc}", None
     return reconcile.Judgement(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
-        message=analysis.message,
+        message=message,
         stages=analysis.stages,
         recommendation=analysis.recommendation,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
-        results_ref=status.ResultsRef(config_map=report["metadata"]["name"]),
+        results_ref=ref,
     )
 
 
