@@ -7,8 +7,9 @@ Exit statuses are a contract: 0 success; 1 `--fail-on-reject` and the verdict is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from specdecode import __version__, exit_status
@@ -226,14 +227,76 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _loadgen(args: argparse.Namespace) -> int:
-    if not args.results_configmap:
-        return _load(args)
+    refused = _other_generation(args)
+    if refused:
+        print(f"specdecode loadgen: {refused}", file=sys.stderr)
+        return exit_status.INVALID
+    with _terminate_as_interrupt():
+        if not args.results_configmap:
+            return _load(args)
+        try:
+            # After every measured stage (a Job killed later keeps what it finished) and at the end,
+            # also after a failure or an interruption: what was measured is never lost.
+            return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
+        finally:
+            _upload_finally(args)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a pod deleted, a Job past its deadline) stops the load as Ctrl-C does: in-flight
+    requests are recorded as cancelled, the files written, and the final upload runs. By default
+    SIGTERM would end the process at once, skipping both."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
     try:
-        # After every measured stage (a Job killed later keeps what it finished) and at the end,
-        # also after a failure or an interruption: what was measured is never lost.
-        return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
+        yield
     finally:
-        _upload_results(args)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _upload_finally(args: argparse.Namespace, *, attempts: int = 4, first_wait: float = 1.0) -> None:
+    """The final upload, retried with backoff (1, 2, 4 s): an API server blip here would otherwise
+    fail the Job, and the experiment as LoadJobFailed, after every stage was measured."""
+    import time
+
+    for attempt in range(attempts):
+        try:
+            _upload_results(args)
+            return
+        except Exception as exc:
+            if attempt == attempts - 1:
+                raise
+            wait = first_wait * 2**attempt
+            print(f"could not store the results ({exc}); trying again in {wait:.0f} s", file=sys.stderr)
+            time.sleep(wait)
+
+
+def _other_generation(args: argparse.Namespace) -> str | None:
+    """Why the experiment file is not the `--generation` this Job measures (None: it is, or no
+    generation was asked for): the load never measures one spec while its results are filed under
+    another."""
+    if args.generation is None:
+        return None
+    from specdecode.experiment import documents, manifests
+
+    try:
+        docs = documents.load_documents(args.experiment)
+    except documents.UnreadableFileError as exc:
+        return str(exc)
+    found = manifests.document_generation(docs[0]) if docs and isinstance(docs[0], dict) else None
+    if found == args.generation:
+        return None
+    return (
+        f"{args.experiment} holds the experiment of generation {found if found is not None else '(none)'}, "
+        f"but this load measures generation {args.generation} (--generation): refusing to measure "
+        "another spec than the one its results would be filed under"
+    )
 
 
 def _upload_between_stages(args: argparse.Namespace, stage: str) -> None:
@@ -256,20 +319,35 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import os
 
     from specdecode.controller import kube, results
-    from specdecode.experiment import documents, spec
+    from specdecode.experiment import documents, manifests, spec
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
-    owner = None
+    owners = []
     if args.owner_uid:
-        owner = {
-            "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-            "kind": spec.KIND,
-            "name": name,
-            "uid": args.owner_uid,
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }
+        owners.append(
+            {
+                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+                "kind": spec.KIND,
+                "name": name,
+                "uid": args.owner_uid,
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        )
+    job_uid = os.environ.get(manifests.JOB_UID_ENV)
+    if job_uid:
+        # The operator trusts only parts its load Job owns (controller/results.py).
+        owners.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": manifests.Names(name).load_job,
+                "uid": job_uid,
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        )
     client = kube.Kube.from_environment()
     try:
         count = asyncio.run(
@@ -279,7 +357,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
                 namespace=namespace,
                 prefix=args.results_configmap,
                 experiment=name,
-                owner=owner,
+                owners=owners,
                 generation=args.generation,
             )
         )

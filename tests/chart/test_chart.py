@@ -32,7 +32,7 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"create", "get", "list", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "get", "list", "delete"},
-    ("", "configmaps"): {"create", "get", "list", "update", "patch", "delete"},
+    ("", "configmaps"): {"create", "get", "list", "update", "delete"},
     ("", "pods"): {"get", "list"},
 }
 # Cluster-scoped: kopf's scanning, and the Nodes the arms run on (provenance, issue 22).

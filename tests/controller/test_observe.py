@@ -116,6 +116,46 @@ def test_job_conditions() -> None:
     assert not observe.job_state(None, []).exists
 
 
+def test_arm_pods_being_deleted_are_named_and_an_old_generation_s_ignored() -> None:
+    def arm_pod(name: str, generation: int, **metadata: Any) -> dict[str, Any]:
+        p = pod(name, "control", phase="Running")
+        p["metadata"].update(annotations={"specdecode.io/generation": str(generation)}, **metadata)
+        return p
+
+    observed = observe.observe(
+        "exp",
+        2,
+        deployments=[deployment("exp-control", ready=1, generation=2)],
+        pods=[
+            arm_pod("old", 1, deletionTimestamp="2026-12-01T08:00:00Z"),  # the last generation's, terminating
+            arm_pod("evicted", 2, deletionTimestamp="2026-12-01T08:00:00Z"),
+            arm_pod("new", 2),
+        ],
+        jobs=[],
+    )
+    control = observed.arms[spec.Arm.CONTROL]
+    assert control.leaving == ("evicted",)
+    assert [p.name for p in control.pods] == ["new"]
+
+
+def test_a_replica_failure_is_reported_with_the_controller_s_message() -> None:
+    refused = deployment("exp-control", generation=1)
+    message = 'pods "exp-control-5d8f-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    refused["status"]["conditions"] = [
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": message,
+            "lastTransitionTime": "2026-12-01T08:00:00Z",
+        },
+    ]
+    state = observe.arm_state(refused, [])
+    assert (state.refused, state.refused_since) == (message, datetime(2026, 12, 1, 8, tzinfo=UTC))
+    assert observe.arm_state(deployment("exp-control"), []).refused is None
+
+
 def node(labels: dict[str, str], cpu: str = "64") -> dict[str, Any]:
     return {"metadata": {"name": "gpu-0", "labels": labels}, "status": {"capacity": {"cpu": cpu}}}
 

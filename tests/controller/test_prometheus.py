@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import http.server
 import json
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -80,3 +82,80 @@ def test_canned_json_with_nan_and_empty_values() -> None:
     )
     samples = [promql.Sample(s["metric"], float(s["value"][1])) for s in answer]
     assert math.isnan(samples[0].value) and samples[1].value == 2.5
+
+
+class _Canned(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the class's `status` and `body`."""
+
+    status = 200
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def canned() -> Iterator[Callable[[int, bytes], prometheus.PrometheusSource]]:
+    """A Prometheus on loopback that answers what the test says."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def answer(status: int, body: bytes) -> prometheus.PrometheusSource:
+        _Canned.status, _Canned.body = status, body
+        return prometheus.PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout=5)
+
+    try:
+        yield answer
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def vector(*series: tuple[dict[str, str], str]) -> bytes:
+    result = [{"metric": labels, "value": [1.0, value]} for labels, value in series]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"status": "success"}',
+        b"[]",
+        b'{"status": "success", "data": {"result": {"a": 1}}}',
+        vector(({}, "+Inf")),
+    ],
+    ids=["no data", "a list", "a result that is no list", "an infinite value"],
+)
+def test_an_answer_of_an_unexpected_shape_is_a_bad_response(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource], body: bytes
+) -> None:
+    """Not a KeyError or TypeError escaping every tick: a kind of PrometheusUnavailable (retried,
+    then the experiment fails at its deadline or grace)."""
+    with pytest.raises(prometheus.PrometheusBadResponse):
+        canned(200, body).query("up", 0)
+
+
+def test_a_position_label_that_is_no_number_is_a_bad_response(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    source = canned(200, vector(({"position": "x"}, "3")))
+    with pytest.raises(prometheus.PrometheusBadResponse, match="position"):
+        prometheus.arm_metrics(source, LABELS, start=0, end=30, speculative=True)
+
+
+def test_an_error_answer_s_body_never_reaches_the_message(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    """spec.prometheus.url is the user's: the operator must not read back what it points at."""
+    with pytest.raises(prometheus.PrometheusUnavailable) as raised:
+        canned(404, b"SECRET-LOOKING BODY").query("up", 0)
+    assert "404" in str(raised.value)
+    assert "SECRET" not in str(raised.value)

@@ -1,21 +1,65 @@
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import random
+import tracemalloc
+import zlib
+from typing import Any
 
 import pytest
 
-from specdecode.controller import results
+from specdecode.controller import kube, results
+from specdecode.experiment import manifests, validation
+from tests.controller.fake_kube import FakeKube
+from tests.factories import experiment_document
+from tests.report import synthetic
+
+FILES = {"requests.jsonl": '{"a": 1}\n' * 10, "windows.json": "{}", "loadgen-summary.json": "{}"}
+JOB_UID = "job-uid-1"
+EXPERIMENT_OWNER = {
+    "apiVersion": "specdecode.io/v1alpha1",
+    "kind": "SpecDecodeExperiment",
+    "name": "exp",
+    "uid": "e",
+}
+JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "exp-load", "uid": JOB_UID}
+
+
+def stored(
+    parts: list[bytes], *, generation: int = 3, owners: Any = (EXPERIMENT_OWNER, JOB_OWNER)
+) -> FakeKube:
+    """A namespace holding the parts as the load Job writes them."""
+    client = FakeKube()
+    for cm in results.build_config_maps("exp-results", "exp", parts, owners=owners, generation=generation):
+        client.add(cm)
+    return client
+
+
+def download(
+    client: FakeKube, *, generation: int = 3, job_uid: str | None = JOB_UID, **limits: int
+) -> dict[str, str]:
+    return asyncio.run(
+        results.download(
+            client,
+            namespace="ns",
+            experiment="exp",
+            generation=generation,
+            job_uid=job_uid,
+            limits=results.Limits(**limits),
+        )
+    )
 
 
 def test_results_round_trip_through_config_maps() -> None:
-    files = {"requests.jsonl": '{"a": 1}\n' * 10, "windows.json": "{}", "loadgen-summary.json": "{}"}
     maps = results.build_config_maps(
-        "exp-results", "exp", results.pack(files), owner={"uid": "u"}, generation=3
+        "exp-results", "exp", results.pack(FILES), owners=[JOB_OWNER], generation=3
     )
-    assert maps[0]["metadata"]["ownerReferences"] == [{"uid": "u"}]
+    assert maps[0]["metadata"]["ownerReferences"] == [JOB_OWNER]
     assert maps[0]["metadata"]["labels"]["specdecode.io/results"] == "exp"
-    assert results.unpack(results.parts_from_config_maps(list(reversed(maps)))) == files
+    assert maps[0]["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "3"
+    assert download(stored(results.pack(FILES))) == FILES
 
 
 def test_large_results_are_split_below_the_object_limit() -> None:
@@ -26,21 +70,143 @@ def test_large_results_are_split_below_the_object_limit() -> None:
     for cm in results.build_config_maps("exp-results", "exp", parts):
         size = sum(len(v) for v in cm["binaryData"].values())
         assert size < 1024 * 1024 - 16 * 1024
-    assert results.unpack(parts)["requests.jsonl"] == noisy
+    assert download(stored(parts))["requests.jsonl"] == noisy
 
 
 def test_a_missing_part_is_named() -> None:
-    parts = results.pack({"requests.jsonl": os.urandom(2_000_000).hex()})
-    maps = results.build_config_maps("exp-results", "exp", parts)
-    with pytest.raises(results.ResultsError, match=r"result parts \[1\] of"):
-        results.parts_from_config_maps([maps[0], *maps[2:]])
+    client = stored(results.pack({"requests.jsonl": os.urandom(2_000_000).hex()}))
+    del client.store[(kube.CONFIG_MAP, "exp-results-1")]
+    with pytest.raises(results.ResultsMissing, match=r"result part 1 of \d \(exp-results-1\) is missing"):
+        download(client)
 
 
 def test_no_results_at_all() -> None:
-    with pytest.raises(results.ResultsError, match="stored no results"):
-        results.parts_from_config_maps([])
+    with pytest.raises(results.ResultsMissing, match="stored no results"):
+        download(FakeKube())
 
 
 def test_corrupt_bundle() -> None:
-    with pytest.raises(results.ResultsError, match="corrupt"):
+    with pytest.raises(results.ResultsCorrupt, match="corrupt"):
         results.unpack([b"not gzip"])
+    with pytest.raises(results.ResultsCorrupt, match="truncated"):
+        results.unpack([results.pack(FILES)[0][:-8]])
+
+
+def test_a_foreign_config_map_labelled_for_the_experiment_is_never_read() -> None:
+    """Labels are not trust: a ConfigMap of another name, even claiming to be part 0 of 1, is ignored."""
+    client = stored(results.pack(FILES))
+    (forged,) = results.build_config_maps(
+        "zz-forged", "exp", results.pack({"requests.jsonl": "FORGED"}), generation=3
+    )
+    client.add(forged)
+    assert download(client) == FILES
+    assert ("GET", kube.CONFIG_MAP, "zz-forged-0") not in client.reads
+    assert not any(method.startswith("LIST") for method, _, _ in client.reads)
+
+
+@pytest.mark.parametrize(
+    ("owners", "why"),
+    [
+        ((), "not owned by the load Job exp-load"),
+        ((EXPERIMENT_OWNER,), "not owned by the load Job exp-load"),
+        (({**JOB_OWNER, "uid": "another-job"},), "not owned by the load Job exp-load"),
+        (({**JOB_OWNER, "name": "other-load"},), "not owned by the load Job exp-load"),
+    ],
+    ids=["no owner", "the experiment only", "another Job's uid", "another Job's name"],
+)
+def test_a_part_the_load_job_did_not_write_is_untrusted(owners: Any, why: str) -> None:
+    """A forged part in the right place (e.g. created before the Job wrote its own) is refused."""
+    with pytest.raises(results.ResultsUntrusted, match=why):
+        download(stored(results.pack({"requests.jsonl": "FORGED"}), owners=owners))
+
+
+def test_results_of_another_generation_or_none_are_untrusted() -> None:
+    with pytest.raises(results.ResultsUntrusted, match="generation 2, not 3"):
+        download(stored(results.pack(FILES), generation=2))
+    client = stored(results.pack(FILES))
+    del client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][
+        manifests.GENERATION_ANNOTATION
+    ]
+    with pytest.raises(results.ResultsUntrusted, match="generation None, not 3"):
+        download(client)
+
+
+def test_without_the_load_job_nothing_is_trusted() -> None:
+    with pytest.raises(results.ResultsUntrusted, match="exp-load is gone"):
+        download(stored(results.pack(FILES)), job_uid=None)
+
+
+def test_parts_of_different_uploads_do_not_join() -> None:
+    """A Job killed while storing leaves new and old parts: they are refused, not spliced."""
+    big = {"requests.jsonl": os.urandom(1_000_000).hex()}
+    client = stored(results.pack(big))
+    newer = results.pack({"requests.jsonl": os.urandom(1_000_000).hex()})
+    client.add(results.build_config_maps("exp-results", "exp", newer, owners=[JOB_OWNER], generation=3)[0])
+    with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
+        download(client)
+
+
+def test_a_part_rewritten_in_place_fails_its_digest() -> None:
+    client = stored(results.pack(FILES))
+    part = client.named(kube.CONFIG_MAP, "exp-results-0")
+    part["binaryData"][results.DATA_KEY] = base64.b64encode(
+        results.pack({"requests.jsonl": "FORGED"})[0]
+    ).decode()
+    with pytest.raises(results.ResultsCorrupt, match="do not hash to their digest"):
+        download(client)
+
+
+def test_a_decompression_bomb_is_refused_with_bounded_memory() -> None:
+    """700 KiB of gzip that inflates to 700 MB: refused once past the limit, never held whole."""
+    deflater = zlib.compressobj(9, wbits=31)  # gzip, built a MB at a time
+    chunks = [deflater.compress(b'{"requests.jsonl": "')]
+    chunks += [deflater.compress(b"a" * 2**20) for _ in range(700)]
+    bomb = b"".join([*chunks, deflater.compress(b'"}'), deflater.flush()])
+    assert len(bomb) < results.PART_BYTES
+    client = stored([bomb])
+    tracemalloc.start()
+    try:
+        with pytest.raises(results.ResultsTooLarge, match="inflate to more than 16 MiB"):
+            download(client, max_bytes=16 * 2**20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 * 2**20
+
+
+def test_more_parts_than_the_operator_reads_are_refused_before_reading_them() -> None:
+    client = stored(results.pack(FILES))
+    client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][results.PART_ANNOTATION] = (
+        "0/100000"
+    )
+    with pytest.raises(results.ResultsTooLarge, match="announces 100000 parts"):
+        download(client)
+    assert [name for _, _, name in client.reads] == ["exp-results-0"]
+
+
+def test_an_oversized_part_is_refused() -> None:
+    client = stored(results.pack(FILES))
+    part = client.named(kube.CONFIG_MAP, "exp-results-0")
+    part["binaryData"][results.DATA_KEY] = base64.b64encode(b"x" * (results.PART_BYTES + 100)).decode()
+    with pytest.raises(results.ResultsTooLarge, match="larger than a part"):
+        download(client)
+
+
+def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None:
+    """The check before deploying may not refuse what would fit: measured bytes >= planned."""
+    doc = experiment_document(
+        workload={
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "requestsPerStage": 50,
+            "warmupRequests": 0,
+            "sampling": {"maxTokens": 256},
+        }
+    )
+    experiment, _ = validation.parse_experiment(doc)
+    recs, _ = synthetic.run(experiment, tokens=256, warmup=0)
+    text = " ".join("tok" for _ in range(256))  # shorter text than real tokens: a conservative record
+    written = sum(len(r.model_copy(update={"text": text}).model_dump_json()) + 1 for r in recs)
+    assert len(recs) == 100
+    assert results.planned_bytes(experiment) <= written
+    assert results.check_size(experiment, results.Limits(max_bytes=written)) is None
+    assert "more than the 0 MiB" in (results.check_size(experiment, results.Limits(max_bytes=1000)) or "")

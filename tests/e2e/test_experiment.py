@@ -8,6 +8,7 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import secrets
@@ -24,6 +25,7 @@ from node_agent import NodeAgent, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
+from specdecode.controller import results
 from specdecode.experiment import sequential
 
 pytestmark = pytest.mark.e2e
@@ -165,8 +167,10 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
         if cm["metadata"]["name"].startswith(f"{name}-results")
     ]
     assert results, "the load Job wrote no results ConfigMap"
-    for cm in results:
-        assert [o["uid"] for o in cm["metadata"].get("ownerReferences", [])] == [uid]
+    job_uid = operator.get("job", f"{name}-load")["metadata"]["uid"]
+    for cm in results:  # owned by the experiment (deleted with it) and by the Job that wrote it (trusted)
+        owners = [(o["kind"], o["uid"]) for o in cm["metadata"].get("ownerReferences", [])]
+        assert owners == [("SpecDecodeExperiment", uid), ("Job", job_uid)]
 
     load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
@@ -351,6 +355,140 @@ def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
     assert status["resultsRef"]["configMap"] == f"{name}-report", detail
     report = operator.get("configmap", f"{name}-report")
     assert "report.html.gz" in report["binaryData"]
+
+
+def test_a_workload_edited_while_deploying_is_the_workload_measured(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """`kubectl edit` of the workload restarts the experiment: the new generation's load reads the
+    new generation's `<exp>-spec` (not the old one, kept by create-if-absent), and the results
+    the verdict is computed from are that load's."""
+    name = "edited"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["requestsPerStage"] = 24
+    doc["spec"]["analysis"]["sequential"] = False  # every stage runs all its requests: countable
+    operator.apply(doc)
+    operator.wait_phase(name, "Deploying", timeout=60)
+    edited = copy.deepcopy(doc)
+    edited["spec"]["workload"]["requestsPerStage"] = 40
+    operator.apply(edited)
+    operator.wait("generation 2", lambda: operator.status(name).get("observedGeneration") == 2)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["observedGeneration"] == 2, detail
+    (stage,) = status["stages"]
+    assert stage["control"]["requests"] == 40 and stage["treatment"]["requests"] == 40, detail
+    spec_map = operator.get("configmap", f"{name}-spec")
+    assert spec_map["metadata"]["annotations"]["specdecode.io/generation"] == "2"
+    results = [
+        cm
+        for cm in operator.get("configmaps")["items"]
+        if cm["metadata"]["name"].startswith(f"{name}-results")
+    ]
+    assert results and {cm["metadata"]["annotations"]["specdecode.io/generation"] for cm in results} == {"2"}
+    uid = operator.get("sdx", name)["metadata"]["uid"]
+    report = operator.get("configmap", f"{name}-report")  # deleted with the experiment, not orphaned
+    assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [uid]
+
+
+@pytest.mark.parametrize("how", ["deleted", "evicted"])
+def test_an_arm_pod_lost_during_the_load_fails_without_a_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, how: str
+) -> None:
+    """A pod deleted, or evicted (what `kubectl drain` and preemption do) mid-run: its replacement
+    is a cold arm and the requests in flight fail on one side only. That measured a half-dead arm,
+    so no verdict."""
+    name = "disrupted"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["analysis"]["sequential"] = False  # all 80 requests: the load is still running below
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    operator.wait(
+        "the load pod running",
+        lambda: (
+            [
+                p["status"].get("phase")
+                for p in operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+            ]
+            == ["Running"]
+        ),
+        timeout=60,
+    )
+    arm = f"specdecode.io/experiment={name},specdecode.io/arm=treatment"
+    if how == "deleted":
+        operator.cluster.kubectl("delete", "pod", "-n", operator.namespace, "--wait=false", "-l", arm)
+    else:
+        (pod,) = operator.get("pods", "", "-l", arm)["items"]
+        pod_name = pod["metadata"]["name"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
+        path = f"/api/v1/namespaces/{operator.namespace}/pods/{pod_name}/eviction"
+        operator.cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert (status["phase"], status["reason"]) == ("Failed", "ArmDisrupted"), detail
+    assert "treatment arm pod" in status["message"], detail
+    assert status.get("verdict") is None, detail
+    operator.wait("the arms deleted (cleanup: Always)", lambda: operator.get("deployments")["items"] == [])
+
+
+def test_a_forged_results_config_map_changes_nothing(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Anyone who may create ConfigMaps can label one for the experiment as its only results part:
+    the operator never reads it (nor one forged under the right name: tests/controller)."""
+    name = "exp"
+    forged = results.build_config_maps(
+        "zz-forged", name, results.pack({"requests.jsonl": "FORGED"}), generation=1
+    )[0]
+    operator.cluster.kubectl("apply", "-n", operator.namespace, "-f", "-", input=json.dumps(forged))
+    operator.apply(experiment(name, "h200-8b-draft-tiny"))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
+
+
+def test_an_experiment_deleted_during_the_load_leaves_nothing_behind(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Arms, load, spec, results and report all go with it: no GPU held, nothing orphaned."""
+    name = "deleted"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["stages"] = [{"name": "c1", "concurrency": 1}, {"name": "c2", "concurrency": 1}]
+    doc["spec"]["analysis"]["sequential"] = False
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    operator.wait(
+        "the results of stage c1",
+        lambda: any(
+            cm["metadata"]["name"] == f"{name}-results-0" for cm in operator.get("configmaps")["items"]
+        ),
+        timeout=120,
+    )
+    operator.cluster.kubectl("delete", "sdx", name, "-n", operator.namespace, "--wait=false")
+    selector = f"specdecode.io/experiment={name}"
+
+    def gone() -> bool:
+        left = [
+            operator.get(kind, "", "-l", selector)["items"]
+            for kind in ("deployments", "jobs", "pods", "configmaps", "services", "networkpolicies")
+        ]
+        return not any(left) and not operator.get("sdx")["items"]
+
+    operator.wait("every child of the experiment deleted", gone, timeout=120)
+
+
+def test_a_simulated_experiment_completes_in_a_namespace_enforcing_pod_security_restricted(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """The simulator arms and the load Job meet `restricted` (real vLLM arms do not: test_operator)."""
+    operator.cluster.kubectl(
+        "label", "namespace", operator.namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    name = "restricted"
+    operator.apply(experiment(name, "h200-8b-draft-tiny"))
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
 
 
 def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_on(

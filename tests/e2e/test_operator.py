@@ -122,6 +122,43 @@ def test_an_arm_that_no_gpu_node_fits_fails_unschedulable(operator: OperatorProc
     operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
 
 
+def test_a_child_the_api_server_refuses_fails_the_experiment_at_once(operator: OperatorProcess) -> None:
+    """A label value with a space passes the CRD schema but not the Deployment's validation: HTTP
+    422 on every tick, which kopf alone would retry forever (Pending, no deadline)."""
+    doc = experiment()
+    doc["spec"]["engine"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA H200"}
+    operator.apply(doc)
+    failed_with(operator, "ChildRejected", "Deployment exp-control (HTTP 422)", "nodeSelector")
+    assert names(operator, "deployments") == {}
+
+
+def failed_with(operator: OperatorProcess, reason: str, *says: str) -> dict[str, Any]:
+    """The status once `exp` failed (within a minute) with `reason`, its message saying each of `says`."""
+    status = operator.wait_phase("exp", "Failed", timeout=60)
+    assert status["reason"] == reason, status
+    for phrase in says:
+        assert phrase in status["message"], status
+    assert "verdict" not in status
+    return status
+
+
+def test_real_engines_in_a_restricted_namespace_fail_at_once_naming_pod_security(
+    operator: OperatorProcess,
+) -> None:
+    """vLLM images run as root, which Pod Security `restricted` refuses: no pod is ever created.
+    Not 30 minutes of DeployDeadlineExceeded with a hint about pods' events."""
+    operator.cluster.kubectl(
+        "label", "namespace", operator.namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    doc = experiment()
+    del doc["spec"]["engine"]["simulator"]
+    doc["spec"]["engine"]["image"] = "vllm/vllm-openai:v0.33.0"
+    operator.apply(doc)
+    says = ("Pod Security admission refuses", 'violates PodSecurity "restricted:latest"')
+    failed_with(operator, "PodCreationForbidden", *says)
+    operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
+
+
 def test_arms_are_owned_by_the_experiment_and_deleting_it_removes_them(operator: OperatorProcess) -> None:
     operator.apply(experiment())
     operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)

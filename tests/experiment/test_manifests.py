@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
+
 from specdecode.experiment import manifests, spec, validation
 from tests.factories import experiment_document
 
@@ -131,6 +133,7 @@ def test_deployment_shape() -> None:
     pod = pod_spec(deployment)
     container = pod["containers"][0]
     assert pod["enableServiceLinks"] is False
+    assert pod["automountServiceAccountToken"] is False  # the engine's image gets no API credentials
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert container["image"] == "vllm/vllm-openai:v0.33.0"
@@ -266,6 +269,27 @@ def test_load_job_targets_both_services_once() -> None:
     assert pod["containers"][0]["image"] == "specdecode:test"
 
 
+def test_the_load_pod_knows_its_job_s_uid_to_own_its_results_by_it() -> None:
+    job = manifests.build_load_job("exp", experiment(), SETTINGS)
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[manifests.JOB_UID_ENV]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}
+    }
+
+
+def test_the_spec_config_map_names_its_generation_in_the_file_the_load_reads() -> None:
+    document = experiment_document()
+    (config_map,) = [
+        c
+        for c in manifests.build_all("exp", document, experiment(), SETTINGS, generation=4)
+        if c["kind"] == "ConfigMap"
+    ]
+    assert config_map["metadata"]["name"] == "exp-spec"
+    loaded = yaml.safe_load(config_map["data"][manifests.EXPERIMENT_FILE])
+    assert manifests.document_generation(loaded) == 4
+    assert loaded["spec"] == document["spec"]
+
+
 def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
     s = experiment(
         workload={
@@ -284,9 +308,7 @@ def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
 def test_load_rbac_only_writes_config_maps() -> None:
     account, role, binding = manifests.build_load_rbac("exp")
     assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "exp-load"
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update", "patch"]}
-    ]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "update"]}]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp-load"}]
 
 

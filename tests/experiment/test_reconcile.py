@@ -293,6 +293,174 @@ def test_arms_prometheus_never_scrapes_fail_at_the_deploy_deadline() -> None:
     assert decision.status.verdict is None
 
 
+# ------------------------------------------------------------------ faults: a tick that raised
+
+REFUSED = reconcile.Fault("KubernetesApiError", "HTTP 500 from the API server: etcd timeout")
+
+
+@pytest.mark.parametrize(
+    ("phase", "deadline"),
+    [
+        (Phase.PENDING, timedelta(minutes=30)),
+        (Phase.DEPLOYING, timedelta(minutes=30)),
+        (Phase.RUNNING, timedelta(hours=2)),
+        (Phase.ANALYZING, timedelta(minutes=5)),
+    ],
+)
+def test_a_fault_repeating_every_tick_fails_at_the_phase_deadline(phase: Phase, deadline: timedelta) -> None:
+    before = reconcile.decide_after_fault(subject(), at(phase), REFUSED, T0 + deadline - timedelta(seconds=1))
+    assert before.status.phase is phase
+    assert before.status.message == f"retrying: {REFUSED.message}"
+    assert before.actions == []
+    after = reconcile.decide_after_fault(subject(), at(phase), REFUSED, T0 + deadline + timedelta(seconds=1))
+    assert after.status.phase is Phase.FAILED
+    assert after.status.reason == "KubernetesApiError"
+    assert REFUSED.message in (after.status.message or "") and "retried every tick" in (
+        after.status.message or ""
+    )
+    assert after.status.verdict is None
+    assert condition(after.status, "Stalled").status == "True"
+
+
+def test_a_permanent_fault_fails_at_once_and_frees_the_gpus() -> None:
+    invalid = reconcile.Fault(
+        "ChildRejected", "the API server refused Deployment exp-control (HTTP 422)", True
+    )
+    decision = reconcile.decide_after_fault(
+        subject(), at(Phase.DEPLOYING), invalid, T0 + timedelta(seconds=5)
+    )
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ChildRejected")
+    assert decision.actions == [Action.CLEANUP_ARMS]  # nothing observed: the arms may exist
+    assert decision.events[-1].reason == "ChildRejected"
+
+
+def test_a_fault_while_restarting_still_restarts() -> None:
+    """The new generation's Pending is written; Pending retries deleting the stale children."""
+    decision = reconcile.decide_after_fault(subject(generation=2), at(Phase.RUNNING), REFUSED, T0)
+    assert (decision.status.phase, decision.status.observed_generation) == (Phase.PENDING, 2)
+    assert decision.actions == []
+
+
+def test_a_decided_ending_whose_cleanup_fails_is_kept_and_says_so() -> None:
+    ended = reconcile.decide(
+        subject(), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE)), T0
+    )
+    assert ended.actions == [Action.CLEANUP_ARMS]
+    decision = reconcile.decide_after_fault(subject(), at(Phase.ANALYZING), REFUSED, T0, attempted=ended)
+    assert (decision.status.phase, decision.status.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
+    assert "delete Deployments exp-control and exp-treatment by hand" in (decision.status.message or "")
+    assert decision.events[-1].reason == "CleanupFailed"
+    assert decision.actions == []
+
+
+def test_a_terminal_experiment_is_left_as_it_is() -> None:
+    failed = at(Phase.FAILED)
+    assert reconcile.decide_after_fault(subject(), failed, REFUSED, T0).status == failed
+
+
+# ------------------------------------------------------------- arms disrupted during the load
+
+
+def loading() -> ExperimentStatus:
+    """Running, with the pods the load measures recorded as when it began (ready_arms' pods)."""
+    entered = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=True), T0)
+    assert entered.status.phase is Phase.RUNNING
+    return entered.status
+
+
+def test_the_load_records_the_pods_it_measures() -> None:
+    arms = loading().arms
+    assert (arms.control.pod, arms.treatment.pod) == ("exp-control-x", "exp-treatment-x")
+
+
+@pytest.mark.parametrize(
+    ("treatment", "says"),
+    [
+        (
+            ArmState(
+                exists=True, ready_replicas=1, pods=ready_arms()[spec.Arm.TREATMENT].pods, leaving=("t-1",)
+            ),
+            "treatment arm pod t-1 is being deleted during the load (evicted, preempted, drained or deleted)",
+        ),
+        (
+            ArmState(
+                exists=True, ready_replicas=1, pods=(PodState("exp-treatment-y", "Running", ready=True),)
+            ),
+            "treatment arm pod exp-treatment-x, measured since the load began, is gone (pod exp-treatment-y replaced it)",
+        ),
+        (
+            ArmState(exists=True),
+            "treatment arm pod exp-treatment-x, measured since the load began, is gone (no pod replaced it yet)",
+        ),
+        (ArmState(), "the treatment arm's Deployment was deleted during the load"),
+    ],
+    ids=["being deleted", "replaced", "no pod", "no Deployment"],
+)
+def test_an_arm_lost_during_the_load_fails_without_a_verdict(treatment: ArmState, says: str) -> None:
+    """Not a Reject (the treatment's errors) or an Inconclusive measured against a half-dead arm."""
+    observed = Observed(
+        arms=ready_arms() | {spec.Arm.TREATMENT: treatment}, job=JobState(True, succeeded=True)
+    )
+    decision = reconcile.decide(subject(), loading(), observed, T0 + timedelta(minutes=1))
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ArmDisrupted")
+    assert says in (decision.status.message or "")
+    assert decision.status.verdict is None
+
+
+def test_the_pods_the_load_began_with_are_the_ones_measured() -> None:
+    observed = Observed(arms=ready_arms(), job=JobState(True, succeeded=True))
+    decision = reconcile.decide(subject(), loading(), observed, T0 + timedelta(minutes=1))
+    assert decision.status.phase is Phase.ANALYZING
+
+
+# ------------------------------------------------------------------- pod creation refused
+
+PSA = 'pods "exp-control-5d8f-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+QUOTA = 'pods "exp-control-5d8f-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=1'
+
+
+def test_pods_that_pod_security_refuses_fail_the_experiment_at_once() -> None:
+    """Not 30 minutes of DeployDeadlineExceeded with a hint about pods that do not exist."""
+    arms = {arm: ArmState(exists=True, refused=PSA, refused_since=T0) for arm in spec.Arm}
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=5)
+    )
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "PodCreationForbidden")
+    message = decision.status.message or ""
+    assert "Pod Security admission refuses the control arm's pod" in message and PSA in message
+    assert "baseline" in message
+    assert decision.actions == [Action.CLEANUP_ARMS]
+
+
+def test_pods_refused_by_a_quota_fail_after_the_grace_period() -> None:
+    arms = ready_arms() | {spec.Arm.CONTROL: ArmState(exists=True, refused=QUOTA, refused_since=T0)}
+    waiting = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=30)
+    )
+    assert waiting.status.phase is Phase.DEPLOYING
+    failed = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=61))
+    assert (failed.status.phase, failed.status.reason) == (Phase.FAILED, "PodCreationForbidden")
+    assert "ResourceQuota" in (failed.status.message or "") and QUOTA in (failed.status.message or "")
+
+
+def test_a_refusal_that_cleared_does_not_fail_an_arm_whose_pod_exists() -> None:
+    arms = ready_arms() | {
+        spec.Arm.CONTROL: ArmState(exists=True, pods=ready_arms()[spec.Arm.CONTROL].pods, refused=PSA)
+    }
+    decision = reconcile.decide(
+        subject(), at(Phase.DEPLOYING), Observed(arms=arms), T0 + timedelta(seconds=5)
+    )
+    assert decision.status.phase is not Phase.FAILED
+
+
+def test_an_arm_evicted_by_the_kubelet_fails_the_experiment() -> None:
+    """Node pressure: the kubelet ends the pod in phase Failed (reason Evicted)."""
+    arms = ready_arms() | pod(phase="Failed", last_terminated_reason="Evicted")
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=arms, job=JobState(True)), T0)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "PodFailed")
+    assert "Evicted" in (decision.status.message or "") and decision.status.verdict is None
+
+
 def hosts(**treatment: object) -> dict[spec.Arm, status.Host]:
     same = {"node": "gpu-0", "gpu_product": "NVIDIA-H200", "cpu_model": "Intel family 6 model 143"}
     return {

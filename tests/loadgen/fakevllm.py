@@ -11,7 +11,8 @@ processes on Linux), when the request was fully received and when each token chu
 the socket (stamped immediately before `transport.write`). `GET /truth` returns it as JSON.
 
 Faults, chosen by a marker in the prompt text: `FAULT:http500`, `FAULT:malformed` (a non-JSON
-event), `FAULT:streamerror` (an error event), `FAULT:disconnect` (closes after two chunks).
+event), `FAULT:badshape` (JSON of the wrong shape: `{"choices": ["x"]}`), `FAULT:streamerror` (an
+error event), `FAULT:disconnect` (closes after two chunks).
 Deliberately not the product's simulator (`specdecode sim`): this one is small enough to trust.
 """
 
@@ -91,7 +92,12 @@ class Server:
         prompt = req["messages"][-1]["content"] if chat else req["prompt"]
         rid = headers.get("x-request-id", f"anon-{len(self.truth)}")
         fault = next(
-            (f for f in ("http500", "malformed", "streamerror", "disconnect") if f"FAULT:{f}" in prompt), None
+            (
+                f
+                for f in ("http500", "malformed", "badshape", "streamerror", "disconnect")
+                if f"FAULT:{f}" in prompt
+            ),
+            None,
         )
         self.truth[rid] = {"arrival": now, "emits": [], "fault": fault}
         if fault == "http500":
@@ -150,6 +156,8 @@ class Server:
             payload = self.frame(self.chunk(s, text, finish, usage))
             if s.fault == "malformed" and s.chunks == 2:
                 payload = self.frame(b"{not json")
+            if s.fault == "badshape" and s.chunks == 2:
+                payload = self.frame({"choices": ["x"]})
             if s.fault == "streamerror" and s.chunks == 2:
                 payload = self.frame({"error": {"message": "injected stream error", "code": 500}})
             t = time.monotonic()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specdecode import cli
+from specdecode import cli, exit_status
 from specdecode.experiment import records, sequential, spec
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner, summary
@@ -271,12 +274,9 @@ def test_scraped_server_counters_become_per_stage_deltas(fake_server: Start, tmp
     )
 
 
-def test_the_cli_runs_an_experiment_file_and_writes_the_results(
-    fake_server: Start, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    control, treatment, _ = two_arms(fake_server)
-    experiment = tmp_path / "exp.yaml"
-    experiment.write_text(
+def experiment_file(tmp_path: Path, requests: int, rate: float, warmup: int = 0) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
         json.dumps(
             {
                 "apiVersion": "specdecode.io/v1alpha1",
@@ -287,14 +287,22 @@ def test_the_cli_runs_an_experiment_file_and_writes_the_results(
                     "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
                     "workload": {
                         "dataset": {"type": "builtin"},
-                        "stages": [{"name": "low", "rate": 30.0}],
-                        "requestsPerStage": 12,
-                        "warmupRequests": 2,
+                        "stages": [{"name": "low", "rate": rate}],
+                        "requestsPerStage": requests,
+                        "warmupRequests": warmup,
                     },
                 },
             }
         )
     )
+    return path
+
+
+def test_the_cli_runs_an_experiment_file_and_writes_the_results(
+    fake_server: Start, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    control, treatment, _ = two_arms(fake_server)
+    experiment = experiment_file(tmp_path, 12, 30.0, warmup=2)
     out = tmp_path / "out"
     code = cli.main(
         [
@@ -357,3 +365,74 @@ def test_the_stop_rule_is_asked_at_the_sequential_designs_planned_looks(
 
     run(plan, endpoints, tmp_path, stop_rule=stop_rule)
     assert asked == [24, 36, 48]
+
+
+def test_a_wrongly_shaped_chunk_is_an_error_record_and_the_run_finishes(
+    fake_server: Start, tmp_path: Path
+) -> None:
+    """It used to kill the parser task: queue.join() never returned, the load hung until its deadline."""
+    dataset = tmp_path / "prompts.jsonl"
+    lines = [{"prompt": f"fine prompt {i}"} for i in range(7)] + [{"prompt": "FAULT:badshape please"}]
+    dataset.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    _, _, endpoints = two_arms(fake_server)
+    plan = plan_mod.plan_from_spec(
+        make_spec(dataset={"type": "jsonl", "path": str(dataset)}, requestsPerStage=8), Path()
+    )
+    out = tmp_path / "out"
+
+    async def bounded() -> runner.RunResult:
+        return await asyncio.wait_for(runner.run(plan, endpoints, out), timeout=30)
+
+    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+        result = loop.run(bounded())
+    assert len(read_records(out)) == 16
+    for arm in ("control", "treatment"):
+        assert result.summary["stages"][0]["arms"][arm]["errors"] == {"malformed_sse": 1}
+
+
+def test_the_final_upload_is_retried_before_the_job_fails(
+    fake_server: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API blip at the very end must not turn a measured run into LoadJobFailed."""
+    control, treatment, _ = two_arms(fake_server)
+    calls: list[str] = []
+
+    def flaky_upload(args: Any, *, note: str = "") -> None:
+        calls.append(note)
+        if not note and calls.count("") <= 2:
+            raise ConnectionResetError("the API server went away")
+
+    monkeypatch.setattr(cli, "_upload_results", flaky_upload)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    argv = ["loadgen", "--experiment", str(experiment_file(tmp_path, 6, 30.0))]
+    argv += ["--control-url", control.url, "--treatment-url", treatment.url, "--out", str(tmp_path / "out")]
+    assert cli.main([*argv, "--results-configmap", "x-results", "--quiet"]) == 0
+    assert calls == ["after stage low", "", "", ""]
+
+
+def test_sigterm_stops_the_load_as_an_interruption_that_keeps_its_results(
+    fake_server: Start, tmp_path: Path
+) -> None:
+    """A deleted load pod gets SIGTERM: it must still write (and, in the Job, store) what it measured."""
+    control, treatment, _ = two_arms(fake_server)
+    out = tmp_path / "out"
+    argv = [
+        sys.executable,
+        "-m",
+        "specdecode.cli",
+        "loadgen",
+        "--experiment",
+        str(experiment_file(tmp_path, 400, 20.0)),
+    ]
+    argv += ["--control-url", control.url, "--treatment-url", treatment.url, "--out", str(out)]
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        for line in process.stderr:  # progress: a count every 10% of the stage
+            if "done" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == exit_status.INTERRUPTED, err
+    summary_doc = json.loads((out / runner.SUMMARY_FILE).read_text())
+    assert summary_doc["interrupted"] is True
+    assert any(r.ok for r in read_records(out))

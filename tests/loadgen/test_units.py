@@ -373,6 +373,32 @@ def test_validity_flags_schedule_lag_always_and_loop_lag_only_when_the_loop_take
     assert not loop["valid"] and "event-loop lag" in loop["reasons"][0]
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"choices": ["x"]},
+        {"choices": [{"delta": "a"}]},
+        {"choices": [{"text": 5}]},
+        {"choices": [{"text": "a"}], "usage": [1]},
+        {"choices": [{"text": "a"}], "usage": {"completion_tokens": "5"}},
+    ],
+    ids=[
+        "choice not an object",
+        "delta not an object",
+        "text not a string",
+        "usage a list",
+        "tokens a string",
+    ],
+)
+def test_json_events_of_the_wrong_shape_are_a_malformed_stream(event: dict[str, Any]) -> None:
+    """Not an AttributeError or TypeError, which killed the load's parser task."""
+    body = [(0.0, b"data: " + json.dumps(event).encode() + b"\n\n"), (0.1, b"data: [DONE]\n\n")]
+    with pytest.raises(sse.MalformedStreamError, match="unexpected shape"):
+        sse.parse(sse.split_events(body))
+    with pytest.raises(sse.MalformedStreamError, match="unexpected shape"):
+        asyncio.run(sse.read(body))
+
+
 def test_each_arm_s_throughput_divides_by_its_own_active_time_not_the_stage_window() -> None:
     # Closed loop, 4 slots, 8 requests per arm: control takes 1 s per request, treatment 0.5 s.
     def arm(name: str, seconds: float) -> list[records.RequestRecord]:

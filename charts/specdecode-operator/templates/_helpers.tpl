@@ -105,13 +105,13 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [create, get, list, delete]
-# Application: ConfigMaps: the spec ConfigMap, the load Job's result chunks (read) and the report
-# (written with update). RBAC escalation prevention: the load Job's Role grants configmaps
-# create/get/update/patch, and only a holder of all of them may create that Role and bind it
-# (without the escalate/bind verbs, which we do not want), hence patch too.
+# Application: ConfigMaps: the spec ConfigMap, the load Job's result chunks (read by name; listed
+# for their metadata only) and the report (written with update). RBAC escalation prevention: the
+# load Job's Role grants configmaps create/update, and only a holder of both may create that Role
+# and bind it (without the escalate/bind verbs, which we do not want). Never patched.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [create, get, list, update, patch, delete]
+  verbs: [create, get, list, update, delete]
 # Application: failure detection: Unschedulable, ImagePullBackOff, CrashLoopBackOff and OOMKilled
 # are read from the pods of the arms and the load Job.
 - apiGroups: [""]

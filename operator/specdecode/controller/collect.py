@@ -16,8 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdecode.controller import prometheus, results
-from specdecode.controller.kube import Kube
+from specdecode.controller import observe, prometheus, results
+from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
@@ -119,6 +119,10 @@ def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str,
     }
 
 
+class ReportNameTaken(Exception):
+    """`<exp>-report` exists and is not the experiment's: it is never replaced."""
+
+
 async def store_report(
     kube: Kube,
     judged: status.ExperimentStatus,
@@ -127,15 +131,53 @@ async def store_report(
     experiment: spec.ExperimentSpec,
     metadata: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`."""
+    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`;
+    raises ReportNameTaken rather than replace a ConfigMap of that name that the experiment does not own."""
     name = str(metadata["name"])
-    html = page.render_html(judged, recs, windows, experiment, name=name)
+    uid = str(metadata.get("uid") or "")
+    existing = await kube.get(CONFIG_MAP, str(metadata["namespace"]), f"{name}-report")
+    if existing is not None and uid and not observe.owned_by(existing, uid):
+        raise ReportNameTaken(
+            f"the report was not stored: ConfigMap {name}-report exists and is not this experiment's"
+        )
+    html = await asyncio.to_thread(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
-        "specdecode.io/generation": str(int(metadata.get("generation") or 1))
+        manifests.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
     }
+    if metadata.get("uid"):
+        # Deleting the experiment deletes its report too (as kopf.adopt does for the other children).
+        report["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
+                "kind": spec.KIND,
+                "name": name,
+                "uid": str(metadata["uid"]),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     await kube.put(report, str(metadata["namespace"]))
     return report
+
+
+async def read_results(
+    kube: Kube, metadata: Mapping[str, Any], settings: OperatorSettings, *, job_uid: str | None
+) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+    """The results that this generation's load Job (`job_uid`) stored, parsed off the event loop;
+    raises `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`)."""
+    files = await results.download(
+        kube,
+        namespace=str(metadata["namespace"]),
+        experiment=str(metadata["name"]),
+        generation=int(metadata.get("generation") or 1),
+        job_uid=job_uid,
+        limits=settings.results_limits,
+    )
+    try:
+        return await asyncio.to_thread(parse_results, files)
+    except ValueError as exc:
+        raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
 async def collect(
@@ -144,21 +186,16 @@ async def collect(
     experiment: spec.ExperimentSpec,
     current: status.ExperimentStatus,
     settings: OperatorSettings,
+    *,
+    job_uid: str | None,
 ) -> reconcile.Judgement | reconcile.CollectFailure:
     """Results + Prometheus -> verdict, or why not."""
     metadata = body["metadata"]
-    name, namespace, generation = (
-        metadata["name"],
-        metadata["namespace"],
-        int(metadata.get("generation") or 1),
-    )
+    name, namespace = metadata["name"], metadata["namespace"]
     try:
-        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
-        recs, anchor, windows, summary = parse_results(files)
+        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
     except results.ResultsError as exc:
-        return reconcile.CollectFailure("ResultsMissing", f"{exc}; read the load Job's log")
-    except ValueError as exc:
-        return reconcile.CollectFailure("ResultsCorrupt", f"the load Job's results do not parse: {exc}")
+        return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
     url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
     if url is None:
         return reconcile.CollectFailure(
@@ -168,6 +205,10 @@ async def collect(
     try:
         windows = await asyncio.to_thread(
             with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
+        )
+    except prometheus.PrometheusBadResponse as exc:
+        return reconcile.CollectFailure(
+            "PrometheusBadResponse", f"Prometheus answered nonsense: {exc}", transient=True
         )
     except prometheus.PrometheusUnavailable as exc:
         return reconcile.CollectFailure(
@@ -179,20 +220,33 @@ async def collect(
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
             f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
-    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    try:
+        analysis = await asyncio.to_thread(
+            verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+        )
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        # The same data fails the same way on every try: a reason, not an operator retrying forever.
+        return reconcile.CollectFailure(
+            "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
+        )
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     judged = analysis.apply(current)
-    report = await store_report(kube, judged, recs, windows, experiment, metadata)
+    message = analysis.message
+    ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
+    try:
+        await store_report(kube, judged, recs, windows, experiment, metadata)
+    except ReportNameTaken as exc:  # the verdict stands; only its report has nowhere to go
+        message, ref = f"{message}; {exc}", None
     return reconcile.Judgement(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
-        message=analysis.message,
+        message=message,
         stages=analysis.stages,
         recommendation=analysis.recommendation,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
-        results_ref=status.ResultsRef(config_map=report["metadata"]["name"]),
+        results_ref=ref,
     )
 
 
@@ -202,6 +256,8 @@ async def salvage(
     experiment: spec.ExperimentSpec,
     failed: status.ExperimentStatus,
     settings: OperatorSettings,
+    *,
+    job_uid: str | None,
 ) -> status.ExperimentStatus:
     """A run that failed during the load keeps the stages it finished: their statistics go into
     `status.stages` and the report ConfigMap, the experiment stays Failed without a verdict.
@@ -212,11 +268,9 @@ async def salvage(
     """
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
-    generation = int(metadata.get("generation") or 1)
     try:
-        files = await results.download(kube, namespace=namespace, experiment=name, generation=generation)
-        recs, anchor, windows, summary = parse_results(files)
-    except (results.ResultsError, ValueError):
+        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
+    except results.ResultsError:
         return failed
     stages = {s.name for s in experiment.workload.stages}
     measured = [w.stage for w in windows if w.stage in stages]
@@ -229,7 +283,9 @@ async def salvage(
             windows = await asyncio.to_thread(
                 with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
-    analysis = verdict.analyse(experiment, recs, windows, validity=summary.get("validity"))
+    analysis = await asyncio.to_thread(
+        verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+    )
     total = len(experiment.workload.stages)
     kept = failed.model_copy(
         update={

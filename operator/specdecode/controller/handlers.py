@@ -6,15 +6,19 @@ changes and the verdict. It stores no kopf progress: all state is `.status` and 
 restarted operator resumes, and creating children is idempotent (deterministic names).
 
 Spec changes: a new `metadata.generation` restarts the experiment (children of the old generation are
-deleted, status is reset). Outcomes go to status; faults (API errors, Prometheus down beyond what the
-decision function tolerates) propagate so kopf retries the tick.
+deleted, status is reset). Outcomes go to status. A tick that raises (the API server refusing a
+child, an answer of an unexpected shape) is not left to kopf's retries, which would skip every
+deadline: `reconcile.decide_after_fault` keeps the phase and retries on the next tick until the
+phase's deadline, then fails with a reason (a child refused as invalid, HTTP 422, at once).
+Exceptions: `ChildFailed` (an API call on one child raised; the cause is chained) and its kind
+`ChildNotOwned` (the child's name is taken by an object the experiment does not own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -83,24 +87,59 @@ async def reconcile_experiment(
         raise
 
 
-async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger) -> None:
+async def _reconcile(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, *, now: datetime | None = None
+) -> None:
     settings: OperatorSettings = memo.settings
-    client: kube.Kube = memo.kube
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
     generation = int(body.metadata.get("generation") or 1)
     document = _document(body)
     current = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
-    subject = _subject(name, generation, document)
+    subject = _subject(name, generation, document, settings)
+    now = now or datetime.now(UTC)
+    observed: reconcile.Observed | None = None
+    decision: reconcile.Decision | None = None
+    try:
+        observed, stale = await _observe(body, subject, current, memo, logger)
+        decision = reconcile.decide(subject, current, observed, now, settings.timing)
+        decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
+        await _carry_out(decision.actions, body, document, subject, memo, stale)
+    except Exception as exc:
+        # Retried every tick, but the phase's deadline still applies (style.md §9 would have kopf
+        # retry: a fault that never goes away would then hold the arms' GPUs forever).
+        decision = await _after_fault(
+            exc, body, document, subject, current, observed, decision, memo, now, logger
+        )
+    _patch_status(patch, current, decision.status)
+    if "phase" not in (body.get("status") or {}):
+        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
+        patch.status["phase"] = decision.status.phase.value
+    for event in decision.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        logger.info(f"{event.reason}: {event.message}")
+    memo.metrics.observe(namespace, name, decision.status)
 
+
+async def _observe(
+    body: kopf.Body,
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+) -> tuple[reconcile.Observed, list[tuple[kube.KindRef, str]]]:
+    """What the decision needs, and the stale children (kind, name) to delete should it say so."""
+    settings: OperatorSettings = memo.settings
+    client: kube.Kube = memo.kube
+    name, namespace, generation = subject.name, str(body.metadata.namespace), subject.generation
     selector = {manifests.LABEL_EXPERIMENT: name}
-    deployments, pods, jobs, result_maps = await asyncio.gather(
+    deployments, pods, jobs, config_maps = await asyncio.gather(
         client.select(kube.DEPLOYMENT, namespace, selector),
         client.select(kube.POD, namespace, selector),
         client.select(kube.JOB, namespace, selector),
-        client.select(kube.CONFIG_MAP, namespace, {results.LABEL_RESULTS: name}),
+        client.select_metadata(kube.CONFIG_MAP, namespace, selector),
     )
     observed = observe.observe(
-        name, generation, deployments=deployments, pods=pods, jobs=jobs, results=result_maps
+        name, generation, deployments=deployments, pods=pods, jobs=jobs, config_maps=config_maps
     )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
@@ -116,30 +155,137 @@ async def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
         observed = replace(
-            observed, analysis=await collect.collect(client, body, subject.spec, current, settings)
+            observed,
+            analysis=await collect.collect(
+                client, body, subject.spec, current, settings, job_uid=observed.job.uid
+            ),
         )
-
-    decision = reconcile.decide(subject, current, observed, datetime.now(UTC), settings.timing)
-    running = current.phase is status.Phase.RUNNING and current.observed_generation == generation
-    if running and decision.status.phase is status.Phase.FAILED and subject.spec is not None:
-        # Measurements already taken are never lost: the stages finished before the failure.
-        kept = await collect.salvage(client, body, subject.spec, decision.status, settings)
-        decision = replace(decision, status=kept)
     # List items carry no apiVersion/kind: remember which list each came from.
-    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, result_maps)]
+    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]
     stale = [
         (kind, str(o["metadata"]["name"]))
         for kind, items in listed
         for o in items
         if o["metadata"]["name"] in observed.stale_children
     ]
-    for action in decision.actions:
-        await _apply(action, client, body, document, subject, settings, stale)
-    _patch_status(patch, current, decision.status)
-    for event in decision.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-        logger.info(f"{event.reason}: {event.message}")
-    memo.metrics.observe(namespace, name, decision.status)
+    return observed, stale
+
+
+async def _salvaged(
+    body: kopf.Body,
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    observed: reconcile.Observed,
+    decision: reconcile.Decision,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+) -> reconcile.Decision:
+    """A run failing during the load keeps the stages it finished (the failure stands either way)."""
+    running = current.phase is status.Phase.RUNNING and current.observed_generation == subject.generation
+    if not running or decision.status.phase is not status.Phase.FAILED or subject.spec is None:
+        return decision
+    try:
+        kept = await collect.salvage(
+            memo.kube, body, subject.spec, decision.status, memo.settings, job_uid=observed.job.uid
+        )
+    except Exception as exc:
+        logger.warning(f"the stages measured before the failure could not be kept: {_fault(exc).message}")
+        return decision
+    return replace(decision, status=kept)
+
+
+async def _carry_out(
+    actions: list[reconcile.Action],
+    body: kopf.Body,
+    document: dict[str, Any],
+    subject: reconcile.Subject,
+    memo: kopf.Memo,
+    stale: list[tuple[kube.KindRef, str]],
+) -> None:
+    for action in actions:
+        await _apply(action, memo.kube, body, document, subject, memo.settings, stale)
+
+
+async def _after_fault(
+    exc: Exception,
+    body: kopf.Body,
+    document: dict[str, Any],
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    observed: reconcile.Observed | None,
+    attempted: reconcile.Decision | None,
+    memo: kopf.Memo,
+    now: datetime,
+    logger: kopf.Logger,
+) -> reconcile.Decision:
+    """The decision after a tick that raised, with its own actions carried out (the cleanup of a
+    failure) as far as the API lets them."""
+    fault = _fault(exc)
+    memo.metrics.reconcile_errors.inc()
+    logger.warning(f"{fault.reason}: {fault.message}")
+    timing = memo.settings.timing
+    decision = reconcile.decide_after_fault(
+        subject, current, fault, now, timing, attempted=attempted, observed=observed
+    )
+    try:
+        await _carry_out(decision.actions, body, document, subject, memo, [])
+    except Exception as again:
+        decision = reconcile.decide_after_fault(
+            subject, current, _fault(again), now, timing, attempted=decision
+        )
+    return decision
+
+
+class ChildFailed(Exception):
+    """Creating or deleting one child raised (the cause); names the child for the status message."""
+
+    def __init__(self, child: str) -> None:
+        super().__init__(child)
+        self.child = child
+
+
+class ChildNotOwned(ChildFailed):
+    """A child's name is taken by an object this experiment does not own."""
+
+
+def _fault(exc: BaseException) -> reconcile.Fault:
+    """What the status says of an exception: the API server's refusal of a child is the spec's
+    (422 Invalid: it fails at once), other errors are retried until the phase's deadline."""
+    if isinstance(exc, ChildNotOwned):
+        # Retried: the children of a deleted experiment of the same name may not be collected yet.
+        return reconcile.Fault(
+            "ChildConflict",
+            f"{exc.child} exists and is not this experiment's (no owner reference to it); delete or "
+            "rename it, or give the experiment another name",
+        )
+    child = exc.child if isinstance(exc, ChildFailed) else None
+    cause = exc.__cause__ if isinstance(exc, ChildFailed) and exc.__cause__ is not None else exc
+    refused = kube.refusal(cause)
+    if refused is not None:
+        code, message = refused
+        if child is not None and 400 <= code < 500:
+            return reconcile.Fault(
+                "ChildRejected",
+                _short(
+                    f"the API server refused {child} (HTTP {code}): {message}; "
+                    "fix the spec field it is built from"
+                ),
+                permanent=code == 422,
+            )
+        return reconcile.Fault(
+            "KubernetesApiError", _short(f"HTTP {code} from the API server{_for(child)}: {message}")
+        )
+    return reconcile.Fault("ReconcileError", _short(f"{type(cause).__name__}: {cause}{_for(child)}"))
+
+
+def _for(child: str | None) -> str:
+    return f" (for {child})" if child else ""
+
+
+def _short(message: str, limit: int = 400) -> str:
+    """One line of at most `limit` characters (status messages are read in `kubectl get`)."""
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 async def _nodes(
@@ -175,15 +321,18 @@ async def _apply(
     name = subject.name
     if action is reconcile.Action.DELETE_STALE:
         for kind, stale_name in stale:
-            await client.delete(kind, namespace, stale_name)
+            await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
         return
     if action is reconcile.Action.CLEANUP_ARMS:
         for arm in spec.Arm:
-            await client.delete(kube.DEPLOYMENT, namespace, manifests.Names(name).arm(arm))
+            deployment = manifests.Names(name).arm(arm)
+            await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
         return
     assert subject.spec is not None
     if action is reconcile.Action.CREATE_ARMS:
-        children = manifests.build_all(name, document, subject.spec, settings.render)
+        children = manifests.build_all(
+            name, document, subject.spec, settings.render, generation=subject.generation
+        )
     else:
         children = [
             manifests.build_load_job(
@@ -195,18 +344,37 @@ async def _apply(
             )
         ]
     for child in children:
-        child["metadata"].setdefault("annotations", {})[observe.GENERATION_ANNOTATION] = str(
-            subject.generation
-        )
+        built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
+        child["metadata"].setdefault("annotations", {}).update(built_for)
+        if child["kind"] == "Deployment":  # and its pods: the old generation's may still be terminating
+            child["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
         kopf.adopt(child, owner=body)
-        await client.create_if_absent(child, namespace)
+        what = f"{child['kind']} {child['metadata']['name']}"
+        existing = await _child(client.create_if_absent(child, namespace), what)
+        if not observe.owned_by(existing, str(body.metadata.uid)):
+            # Not adopted: a foreign Service, Role or spec ConfigMap would be used as ours.
+            raise ChildNotOwned(what)
 
 
-def _subject(name: str, generation: int, document: dict[str, Any]) -> reconcile.Subject:
+async def _child(call: Awaitable[Any], child: str) -> Any:
+    """Await an API call on one child; its failure names the child (`ChildFailed`)."""
+    try:
+        return await call
+    except Exception as exc:
+        raise ChildFailed(child) from exc
+
+
+def _subject(
+    name: str, generation: int, document: dict[str, Any], settings: OperatorSettings
+) -> reconcile.Subject:
     problems = [*validation.check_name(name), *validation.check_spec(document.get("spec"))]
     if problems:
         return reconcile.Subject(name, generation, None, [str(p) for p in problems])
-    return reconcile.Subject(name, generation, spec.ExperimentSpec.model_validate(document["spec"]))
+    parsed = spec.ExperimentSpec.model_validate(document["spec"])
+    too_large = results.check_size(parsed, settings.results_limits)
+    if too_large is not None:  # the operator's own limit: `specdecode validate` cannot know it
+        return reconcile.Subject(name, generation, None, [too_large])
+    return reconcile.Subject(name, generation, parsed)
 
 
 def _document(body: kopf.Body) -> dict[str, Any]:

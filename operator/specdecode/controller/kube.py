@@ -37,6 +37,8 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
 }
 
 KindRef = tuple[str, str]
+# The API server's metadata-only list (falls back to a full list where it cannot).
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 DEPLOYMENT: KindRef = ("apps/v1", "Deployment")
 POD: KindRef = ("v1", "Pod")
 JOB: KindRef = ("batch/v1", "Job")
@@ -115,6 +117,18 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items") or []
         return items
 
+    async def select_metadata(
+        self, kind: KindRef, namespace: str, labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """Like `select`, but only each object's `metadata` (a PartialObjectMetadataList: no data
+        travels, however large the objects)."""
+        selector = ",".join(f"{key}={value}" for key, value in labels.items())
+        result = await self._call(
+            "GET", _path(kind, namespace), query=[("labelSelector", selector)], accept=_METADATA_LIST
+        )
+        items: list[dict[str, Any]] = result.get("items") or []
+        return items
+
     async def delete(self, kind: KindRef, namespace: str, name: str) -> None:
         """Delete in the background (dependents by the garbage collector); absent is fine."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
@@ -125,14 +139,20 @@ class Kube:
                 raise
 
     async def _call(
-        self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        accept: str = "application/json",
     ) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             method_, url, headers, payload, post = self._api.param_serialize(
                 method,
                 path,
                 query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": accept, "Content-Type": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],
             )
@@ -144,6 +164,19 @@ class Kube:
             return decoded if isinstance(decoded, dict) else {}
 
         return await asyncio.to_thread(call)
+
+
+def refusal(exc: BaseException) -> tuple[int, str] | None:
+    """(HTTP status, the API server's message) of an API error, or None for another exception."""
+    if not isinstance(exc, ApiException):
+        return None
+    message = str(exc.reason or "")
+    try:
+        status = json.loads(exc.body or "{}")
+        message = str(status.get("message") or message) if isinstance(status, dict) else message
+    except (TypeError, ValueError):
+        pass
+    return int(exc.status or 0), message
 
 
 def _kind(obj: Mapping[str, Any]) -> KindRef:

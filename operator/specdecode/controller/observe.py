@@ -8,7 +8,7 @@ from typing import Any
 
 from specdecode.experiment import manifests, reconcile, spec, status
 
-GENERATION_ANNOTATION = "specdecode.io/generation"
+GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
 
 # Node labels of NVIDIA GPU Feature Discovery (current names first, then the deprecated ones) and
 # of Node Feature Discovery: https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery
@@ -93,12 +93,25 @@ def host(
 
 
 def arm_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> reconcile.ArmState:
-    """One arm from its Deployment and pods (pods being deleted are ignored)."""
+    """One arm from its Deployment and pods (pods being deleted are only named)."""
     if deployment is None:
         return reconcile.ArmState()
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    leaving = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+    live = [p for p in pods if p not in leaving]
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
-    return reconcile.ArmState(exists=True, ready_replicas=ready, pods=tuple(pod_state(p) for p in live))
+    refused = since = None
+    for condition in (deployment.get("status") or {}).get("conditions") or []:
+        if (condition.get("type"), condition.get("status")) == ("ReplicaFailure", "True"):
+            refused = str(condition.get("message") or condition.get("reason") or "FailedCreate")
+            since = _time(condition.get("lastTransitionTime"))
+    return reconcile.ArmState(
+        exists=True,
+        ready_replicas=ready,
+        pods=tuple(pod_state(p) for p in live),
+        leaving=tuple(str((p.get("metadata") or {}).get("name", "")) for p in leaving),
+        refused=refused,
+        refused_since=since,
+    )
 
 
 def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> reconcile.JobState:
@@ -115,9 +128,16 @@ def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) 
         elif condition.get("type") == "Failed":
             failed, reason, message = True, condition.get("reason"), condition.get("message")
     pod = pod_state(pods[-1]) if pods else None
+    uid = (job.get("metadata") or {}).get("uid")
     return reconcile.JobState(
-        exists=True, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod
+        exists=True, uid=uid, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod
     )
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether `obj` names the object of `uid` among its owners."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(o, Mapping) and o.get("uid") == uid for o in owners)
 
 
 def generation_of(obj: Mapping[str, Any]) -> int | None:
@@ -136,20 +156,37 @@ def observe(
     deployments: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     jobs: Sequence[Mapping[str, Any]],
-    results: Sequence[Mapping[str, Any]] = (),
+    config_maps: Sequence[Mapping[str, Any]] = (),
 ) -> reconcile.Observed:
-    """Everything the decision function needs, from lists of the experiment's children."""
+    """Everything the decision function needs, from lists of the experiment's children.
+
+    `config_maps`: the experiment's ConfigMaps (metadata is enough). The spec the load Job reads and
+    the results it wrote are stale once built for another generation, like the Deployments and the
+    Job; the report is not (it is replaced by the next generation's).
+    """
     names = manifests.Names(name)
     current = [o for o in [*deployments, *jobs] if generation_of(o) in (None, generation)]
+    measured = [
+        o
+        for o in config_maps
+        if (n := str(o["metadata"]["name"])) == names.spec_config_map
+        or n.startswith(f"{names.results_prefix}-")
+    ]
     stale = tuple(
-        str(o["metadata"]["name"])
-        for o in [*deployments, *jobs, *results]
-        if generation_of(o) not in (None, generation)
+        [
+            str(o["metadata"]["name"])
+            for o in [*deployments, *jobs]
+            if generation_of(o) not in (None, generation)
+        ]
+        # What the load reads or wrote must name its generation: unnamed is stale too.
+        + [str(o["metadata"]["name"]) for o in measured if generation_of(o) != generation]
     )
     by_name = {str(o["metadata"]["name"]): o for o in current}
     arms = {}
     for arm in spec.Arm:
-        arms[arm] = arm_state(by_name.get(names.arm(arm)), _of_arm(pods, arm))
+        arm_pods = [p for p in _of_arm(pods, arm) if generation_of(p) in (None, generation)]
+        # (not the old generation's pods, still terminating)
+        arms[arm] = arm_state(by_name.get(names.arm(arm)), arm_pods)
     load_pods = [
         p
         for p in pods

@@ -2,13 +2,21 @@
 
 `PrometheusSource` implements the core's `promql.MetricsSource`; `arm_metrics` turns the queries of
 `experiment.promql` into the `ArmServerMetrics` the verdict reads. An unreachable Prometheus raises
-`PrometheusUnavailable` (transient: retried); a Prometheus that does not scrape the arm's pods gives
-`PrometheusNoData` (the experiment fails: it could not measure).
+`PrometheusUnavailable` (transient: retried); one whose answer has an unexpected shape (no `data`,
+a non-numeric `position` label, an infinite counter) `PrometheusBadResponse`, a kind of it; a
+Prometheus that does not scrape the arm's pods gives `PrometheusNoData` (the experiment fails: it
+could not measure). Messages carry the HTTP status, never a response body (the URL is the user's:
+a body could be anything the operator's network position can read).
+
+    PrometheusUnavailable
+    └── PrometheusBadResponse
+    PrometheusNoData
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import requests
@@ -20,6 +28,10 @@ from specdecode.experiment import promql, records
 
 class PrometheusUnavailable(Exception):
     """Prometheus did not answer."""
+
+
+class PrometheusBadResponse(PrometheusUnavailable):
+    """Prometheus answered, but not with what a query returns (or a value that cannot be a counter)."""
 
 
 class PrometheusNoData(Exception):
@@ -37,15 +49,25 @@ class PrometheusSource:
         """Evaluate at Unix time `at`."""
         try:
             answer = self._client.custom_query(expression, params={"time": f"{at:.3f}"})
-        except (requests.RequestException, PrometheusApiClientException) as exc:
-            raise PrometheusUnavailable(f"{self.url}: {exc}") from None
+        except requests.RequestException as exc:
+            raise PrometheusUnavailable(f"{self.url}: {str(exc)[:200]}") from None
+        except PrometheusApiClientException as exc:
+            code = re.search(r"HTTP Status Code \d+", str(exc))
+            raise PrometheusUnavailable(f"{self.url}: {code.group(0) if code else 'an error'}") from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise PrometheusBadResponse(f"{self.url}: not a query result ({type(exc).__name__})") from None
+        if not isinstance(answer, list):
+            raise PrometheusBadResponse(f"{self.url}: the query result is not a list")
         samples = []
-        for series in answer or []:
+        for series in answer:
             try:
                 value = float(series["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
+                labels = dict(series.get("metric") or {})
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
                 continue
-            samples.append(promql.Sample(labels=series.get("metric", {}), value=value))
+            if math.isinf(value):
+                raise PrometheusBadResponse(f"{self.url}: {expression} is infinite")
+            samples.append(promql.Sample(labels=labels, value=value))
         return samples
 
 
@@ -89,7 +111,10 @@ def arm_metrics(
     positions = source.query(
         promql.increase(promql.SPEC_ACCEPTED_PER_POS, labels, seconds, by="position"), end
     )
-    by_position = sorted((int(s.labels.get("position", "0")), s.value) for s in positions)
+    try:
+        by_position = sorted((int(s.labels.get("position", "0")), s.value) for s in positions)
+    except ValueError:
+        raise PrometheusBadResponse("a `position` label of the acceptance counter is not a number") from None
     return metrics.model_copy(
         update={
             "num_drafts": _scalar(source, promql.increase(promql.SPEC_DRAFTS, labels, seconds), end),

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from specdecode.controller import results
 from specdecode.experiment import manifests, reconcile
 
 
@@ -29,6 +30,9 @@ class OperatorSettings:
     """Seconds a pod may stay Unschedulable before the experiment fails."""
     analysis_grace: float = 300.0
     """Seconds transient collection failures (Prometheus down) are retried."""
+    results_max_bytes: int = 48 * 1024 * 1024
+    """The most the load Job's results may inflate to; more ends in Failed/ResultsTooLarge. The
+    operator's memory while judging grows with it (benchmarks/README.md, "Results size")."""
     prom_experiment_label: str = "specdecode_io_experiment"
     """Prometheus label holding the pod's `specdecode.io/experiment` label."""
     prom_arm_label: str = "specdecode_io_arm"
@@ -64,6 +68,7 @@ class OperatorSettings:
             interval=float(get("INTERVAL", str(default.interval))),
             unschedulable_grace=float(get("UNSCHEDULABLE_GRACE", str(default.unschedulable_grace))),
             analysis_grace=float(get("ANALYSIS_GRACE", str(default.analysis_grace))),
+            results_max_bytes=int(get("RESULTS_MAX_BYTES", str(default.results_max_bytes))),
             prom_experiment_label=get("PROM_EXPERIMENT_LABEL", default.prom_experiment_label),
             prom_arm_label=get("PROM_ARM_LABEL", default.prom_arm_label),
             prom_namespace_label=get("PROM_NAMESPACE_LABEL", default.prom_namespace_label),
@@ -85,6 +90,11 @@ class OperatorSettings:
             prometheus_pod_labels=self.prometheus_pod_labels,
             operator_pod_labels=self.operator_pod_labels,
         )
+
+    @property
+    def results_limits(self) -> results.Limits:
+        """How much of the load Job's results the operator reads."""
+        return results.Limits(max_bytes=self.results_max_bytes)
 
     @property
     def timing(self) -> reconcile.Timing:

@@ -29,6 +29,12 @@ EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
 DATASET_MOUNT = "/etc/specdecode/dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
+JOB_UID_ENV = "SPECDECODE_JOB_UID"
+"""The load pod's Job uid (downward API): the results it writes are owned by that Job."""
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+"""Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
+GENERATION_ANNOTATION = "specdecode.io/generation"
+"""On every child: the experiment generation (`metadata.generation`) it was built for."""
 MODEL_CACHE_VOLUME = "model-cache"
 
 
@@ -222,6 +228,8 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "containers": [container],
         # A Service named `vllm` would inject VLLM_PORT=tcp://..., which vLLM refuses (reference §2).
         "enableServiceLinks": False,
+        # The engine (any image the experiment names) has no business with the API server.
+        "automountServiceAccountToken": False,
         "nodeSelector": dict(engine.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
         **colocation(name, s.placement.colocate),
@@ -347,12 +355,22 @@ def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- the load
 
 
-def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]:
-    """The experiment document, mounted into the load Job (it plans the same stages as the operator)."""
+def build_spec_config_map(
+    name: str, document: dict[str, Any], generation: int | None = None
+) -> dict[str, Any]:
+    """The experiment document, mounted into the load Job (it plans the same stages as the operator).
+
+    The document carries the `generation` it was rendered for (annotation `GENERATION_ANNOTATION`),
+    and the load Job refuses a document of another generation than its `--generation`: a load never
+    measures one spec while its results are filed under another.
+    """
+    metadata: dict[str, Any] = {"name": name}
+    if generation is not None:
+        metadata["annotations"] = {GENERATION_ANNOTATION: str(generation)}
     minimal = {
         "apiVersion": document.get("apiVersion"),
         "kind": document.get("kind"),
-        "metadata": {"name": name},
+        "metadata": metadata,
         "spec": document["spec"],
     }
     return {
@@ -361,6 +379,14 @@ def build_spec_config_map(name: str, document: dict[str, Any]) -> dict[str, Any]
         "metadata": {"name": Names(name).spec_config_map, "labels": labels(name, component="load")},
         "data": {EXPERIMENT_FILE: yaml.safe_dump(minimal, sort_keys=False)},
     }
+
+
+def document_generation(document: dict[str, Any]) -> int | None:
+    """The generation an experiment document was rendered for (`build_spec_config_map`), if any."""
+    metadata = document.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = annotations.get(GENERATION_ANNOTATION) if isinstance(annotations, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def build_load_job(
@@ -398,6 +424,10 @@ def build_load_job(
         argv += ["--generation", str(generation)]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {
+            "name": JOB_UID_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_UID_LABEL}']"}},
+        },
     ]
     if s.engine.api_key_secret is not None:
         argv += ["--api-key-env", API_KEY_ENV]
@@ -481,7 +511,8 @@ def build_load_rbac(name: str) -> list[dict[str, Any]]:
                 {
                     "apiGroups": [""],
                     "resources": ["configmaps"],
-                    "verbs": ["create", "get", "update", "patch"],
+                    # results.upload: POST, and PUT over an earlier upload; nothing else
+                    "verbs": ["create", "update"],
                 }
             ],
         },
@@ -496,7 +527,12 @@ def build_load_rbac(name: str) -> list[dict[str, Any]]:
 
 
 def build_all(
-    name: str, document: dict[str, Any], s: spec.ExperimentSpec, settings: Settings
+    name: str,
+    document: dict[str, Any],
+    s: spec.ExperimentSpec,
+    settings: Settings,
+    *,
+    generation: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every child, in creation order (arms first: they take longest to become Ready)."""
     return [
@@ -505,7 +541,7 @@ def build_all(
         build_service(name, spec.Arm.CONTROL),
         build_service(name, spec.Arm.TREATMENT),
         build_network_policy(name, settings),
-        build_spec_config_map(name, document),
+        build_spec_config_map(name, document, generation),
         *build_load_rbac(name),
     ]
 

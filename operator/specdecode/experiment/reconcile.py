@@ -27,6 +27,9 @@ from enum import StrEnum
 from specdecode.experiment import placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
+RETRYING = "retrying: "
+"""How status.message starts while a fault (or a transient collection failure) is retried."""
+
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
 FATAL_WAITING = {
     "ImagePullBackOff": "the image cannot be pulled; check spec.engine.image and the pull secret",
@@ -77,6 +80,13 @@ class ArmState:
     exists: bool = False
     ready_replicas: int = 0
     pods: tuple[PodState, ...] = ()
+    """The arm's live pods (built for this generation, not being deleted)."""
+    leaving: tuple[str, ...] = ()
+    """Names of the arm's pods being deleted: evicted, preempted, drained or deleted by someone."""
+    refused: str | None = None
+    """The controller's message while the API server refuses to create the arm's pod (Pod Security
+    admission, a ResourceQuota, a LimitRange): the Deployment's ReplicaFailure condition."""
+    refused_since: datetime | None = None
 
     @property
     def ready(self) -> bool:
@@ -89,6 +99,8 @@ class JobState:
     """The load Job."""
 
     exists: bool = False
+    uid: str | None = None
+    """The Job's uid: the results it wrote are owned by it."""
     succeeded: bool = False
     failed: bool = False
     reason: str | None = None
@@ -119,6 +131,18 @@ class CollectFailure:
     message: str
     transient: bool = False
     """Worth retrying until the analysis grace period is over (e.g. Prometheus unreachable)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A tick that raised before its decision was carried out: an API call refused, an answer of
+    an unexpected shape. It is retried every tick, but never past the phase's deadline."""
+
+    reason: str
+    """The status reason should it end the experiment (`ChildRejected`, `ReconcileError`, ...)."""
+    message: str
+    permanent: bool = False
+    """Retrying cannot help (the API server refused an object as invalid): fail at once."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +214,10 @@ def decide(
 ) -> Decision:
     """The next status of an experiment, and the actions that lead there."""
     timing = timing or Timing()
+    if current.phase.is_active and (current.message or "").startswith(RETRYING):
+        # This tick did not raise: the fault is over, the phase's own message is back.
+        entered = next((c.message for c in current.conditions if c.type == "Reconciling"), None)
+        current = current.model_copy(update={"message": entered or None})
     if current.observed_generation != subject.generation:
         return _restart(subject, observed, now)
     if current.phase.is_terminal:
@@ -209,6 +237,56 @@ def decide(
     if current.phase is Phase.RUNNING:
         return _running(subject, subject.spec, current, observed, now, timing)
     return _analyzing(subject, current, observed, now, timing)
+
+
+def decide_after_fault(
+    subject: Subject,
+    current: ExperimentStatus,
+    fault: Fault,
+    now: datetime,
+    timing: Timing | None = None,
+    *,
+    attempted: Decision | None = None,
+    observed: Observed | None = None,
+) -> Decision:
+    """The status after a tick that raised (`attempted`: its decision, when it got that far;
+    `observed`: what it saw, when it got that far: else the arms are taken to exist, so that a
+    failure still frees their GPUs per the cleanup policy).
+
+    A fault that repeats every tick must not skip the deadlines `decide()` would apply: the
+    experiment keeps its phase (the message says what is retried) until the phase's deadline
+    (deploy for Pending and Deploying, run for Running, the analysis grace for Analyzing), then
+    ends in Failed with the fault's reason, never in a verdict. A permanent fault fails at once.
+    A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
+    next tick retries a restart's; an ending's cleanup is reported in the message).
+    """
+    timing = timing or Timing()
+    if current.observed_generation != subject.generation or subject.spec is None:
+        # Deciding needs nothing observed: restart (Pending deletes the stale children) or InvalidSpec.
+        decided = attempted or decide(subject, current, Observed(), now, timing)
+        return Decision(decided.status, [], decided.events)
+    if current.phase.is_terminal:
+        return Decision(current)
+    if attempted is not None and attempted.status.phase.is_terminal:
+        names = " and ".join(f"{subject.name}-{arm.value}" for arm in spec.Arm)
+        note = f"; deleting the arms failed ({fault.message}): delete Deployments {names} by hand"
+        ended = attempted.status.model_copy(update={"message": f"{attempted.status.message}{note}"})
+        return Decision(ended, [], [*attempted.events, Event("Warning", "CleanupFailed", note[2:])])
+    limit, deadline = _phase_deadline(subject.spec, current.phase, timing)
+    if fault.permanent or _elapsed(current, now) > limit:
+        why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
+        assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
+        return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
+    return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
+
+
+def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tuple[timedelta, str]:
+    """How long a phase may last, and its name for messages."""
+    if phase is Phase.RUNNING:
+        return timedelta(seconds=s.deadlines.run_seconds), f"spec.deadlines.run ({s.deadlines.run})"
+    if phase is Phase.ANALYZING:
+        return timing.analysis_grace, f"the analysis grace ({timing.analysis_grace.total_seconds():.0f} s)"
+    return timedelta(seconds=s.deadlines.deploy_seconds), f"spec.deadlines.deploy ({s.deadlines.deploy})"
 
 
 # ----------------------------------------------------------------------------------------- phases
@@ -241,7 +319,10 @@ def _deploying(
         treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
     )
     current = current.model_copy(update={"arms": arms})
-    failure = _pod_failure(observed, now, timing, colocated=s.placement.colocate is spec.Colocate.REQUIRED)
+    colocated = s.placement.colocate is spec.Colocate.REQUIRED
+    failure = _pod_failure(observed, now, timing, colocated=colocated) or _creation_refused(
+        observed, now, timing
+    )
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
@@ -305,6 +386,9 @@ def _running(
     failure = _pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
+    disrupted = _arm_disruption(observed, current)
+    if disrupted is not None:
+        return _fail(current, subject, now, "ArmDisrupted", disrupted, observed)
     job = observed.job
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
@@ -337,7 +421,7 @@ def _analyzing(
     if isinstance(outcome, CollectFailure):
         if outcome.transient and _elapsed(current, now) <= timing.analysis_grace:
             waiting = current.model_copy(
-                update={"reason": outcome.reason, "message": f"retrying: {outcome.message}"}
+                update={"reason": outcome.reason, "message": f"{RETRYING}{outcome.message}"}
             )
             return Decision(waiting)
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
@@ -430,6 +514,59 @@ def _pod_failure(
     return None
 
 
+def _creation_refused(observed: Observed, now: datetime, timing: Timing) -> tuple[str, str] | None:
+    """(reason, message) when the API server refuses an arm's pod: at once for Pod Security (the
+    namespace's policy will not change by itself), after the unschedulable grace for the rest (a
+    ResourceQuota may free up when another experiment ends). Without it, the arms would wait the
+    whole deploy deadline and fail with a hint about pods that do not exist."""
+    for arm in spec.Arm:
+        state = observed.arms.get(arm, ArmState())
+        if state.refused is None or state.pods:
+            continue
+        if "PodSecurity" in state.refused:
+            return (
+                "PodCreationForbidden",
+                f"the namespace's Pod Security admission refuses the {arm.value} arm's pod: {state.refused}; "
+                "vLLM images run as root, which `restricted` forbids: run real engines in a namespace that "
+                "enforces `baseline` (simulator arms meet `restricted`)",
+            )
+        waited = state.refused_since is None or now - state.refused_since >= timing.unschedulable_grace
+        if waited:
+            return (
+                "PodCreationForbidden",
+                f"the API server refuses the {arm.value} arm's pod: {state.refused}; check the namespace's "
+                "ResourceQuota and LimitRange against spec.engine.resources",
+            )
+    return None
+
+
+def _arm_disruption(observed: Observed, current: ExperimentStatus) -> str | None:
+    """Why an arm is not the one the load started measuring (`status.arms.*.pod`), or None.
+
+    The load would go on against a missing or replacement arm: connection errors on one side, a
+    cold or relocated engine. That ends as a Reject or Inconclusive measured on a half-dead arm,
+    so it is a failure (infrastructure, never a verdict).
+    """
+    void = "; the measurement is void: run the experiment again (cordon or drain GPU nodes between runs)"
+    for arm in spec.Arm:
+        state = observed.arms.get(arm, ArmState())
+        measured = getattr(current.arms, arm.value).pod if current.arms is not None else None
+        live = [p.name for p in state.pods]
+        if not state.exists:
+            return f"the {arm.value} arm's Deployment was deleted during the load{void}"
+        if state.leaving:
+            return (
+                f"{arm.value} arm pod {state.leaving[0]} is being deleted during the load "
+                f"(evicted, preempted, drained or deleted){void}"
+            )
+        if measured is not None and measured not in live:
+            now = f"pod {live[0]} replaced it" if live else "no pod replaced it yet"
+            return f"{arm.value} arm pod {measured}, measured since the load began, is gone ({now}){void}"
+        if not live:
+            return f"the {arm.value} arm has no pod during the load{void}"
+    return None
+
+
 # -------------------------------------------------------------------------------------- helpers
 
 
@@ -474,7 +611,9 @@ def _fail(
 
 def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
     state = observed.arms.get(arm, ArmState())
-    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas)
+    # The Ready one (one replica, recreated: there is at most one other, starting or terminating).
+    pod = next((p.name for p in state.pods if p.ready), state.pods[0].name if state.pods else None)
+    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas, pod=pod)
 
 
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:

@@ -110,6 +110,8 @@ class ArmRef(StatusModel):
     """Deployment name."""
     ready_replicas: int = 0
     """Ready replicas."""
+    pod: str | None = None
+    """The Ready pod; from Running on, the pod the load measures: another in its place voids the run."""
     url: str | None = None
     """Where the load reached it."""
 

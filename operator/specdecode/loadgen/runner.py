@@ -289,6 +289,9 @@ class _Run:
                 self._parse_one(item, self._parsed_sync(item.ex))  # interrupted: keep it
                 queue.task_done()
                 raise
+            except Exception as exc:  # a parser bug must not end this task: queue.join() would hang
+                log.exception("could not parse %s %s #%d", item.st.plan.name, item.arm, item.index)
+                parsed = exc
             try:
                 self._parse_one(item, parsed)
             except Exception:  # a bug here must not stall the drain (queue.join)

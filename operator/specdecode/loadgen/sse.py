@@ -117,8 +117,11 @@ def _decode(datas: list[bytes]) -> list[Any]:
 def parse(events: list[tuple[float, bytes]]) -> Stream:
     """Parse stamped events; raises MalformedStreamError or StreamErrorEvent."""
     out = Stream()
-    for _ in _steps(events, out, len(events) + 1):
-        pass
+    try:
+        for _ in _steps(events, out, len(events) + 1):
+            pass
+    except _WRONG_SHAPE as exc:
+        raise _wrong_shape(exc) from None
     return out
 
 
@@ -129,9 +132,21 @@ async def read(pieces: list[tuple[float, bytes]], *, step: int = 128) -> Stream:
     on time meanwhile.
     """
     out = Stream()
-    for _ in _steps(split_events(pieces), out, step):
-        await asyncio.sleep(0)
+    try:
+        for _ in _steps(split_events(pieces), out, step):
+            await asyncio.sleep(0)
+    except _WRONG_SHAPE as exc:
+        raise _wrong_shape(exc) from None
     return out
+
+
+# JSON events of the wrong shape (`{"choices": ["x"]}`, `"delta": "a"`, `"completion_tokens": "5"`,
+# `"usage": [1]`) raise these in `_steps`: a malformed stream, like non-JSON data.
+_WRONG_SHAPE = (AttributeError, TypeError, KeyError, IndexError)
+
+
+def _wrong_shape(exc: Exception) -> MalformedStreamError:
+    return MalformedStreamError(f"an event of an unexpected shape ({type(exc).__name__}: {str(exc)[:120]})")
 
 
 def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterator[None]:

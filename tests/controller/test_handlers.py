@@ -1,0 +1,340 @@
+"""The reconcile handler tick by tick against an in-memory API (`fake_kube.FakeKube`).
+
+Faults that the pure `decide()` cannot see happen here: what the shell reads and writes (which
+ConfigMap the load reads, which results are trusted) and what it does when a call fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specdecode import cli, exit_status
+from specdecode.controller import collect, kube, results
+from specdecode.controller.settings import OperatorSettings
+from specdecode.experiment import manifests, status, validation
+from tests.controller.fake_kube import FakeKube, Operator, refusal
+from tests.factories import experiment_document
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def document(**workload: Any) -> dict[str, Any]:
+    doc = experiment_document()
+    doc["spec"]["workload"] = {
+        "stages": [{"name": "low", "rate": 1.0}],
+        "requestsPerStage": 100,
+        **workload,
+    }
+    return doc
+
+
+def run(operator: Operator, ticks: int = 1, now: datetime = T0) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for _ in range(ticks):
+        status = asyncio.run(operator.tick(now))
+    return status
+
+
+def loaded_spec(client: FakeKube) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec ConfigMap's annotations and the experiment document the load Job would read."""
+    config_map = client.named(kube.CONFIG_MAP, "exp-spec")
+    return (
+        config_map["metadata"].get("annotations") or {},
+        yaml.safe_load(config_map["data"][manifests.EXPERIMENT_FILE]),
+    )
+
+
+def test_a_spec_edit_gives_the_new_generation_s_load_the_new_workload(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    operator = Operator(client, document())
+    assert run(operator, 2)["phase"] == "Deploying"
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 100
+
+    edited = copy.deepcopy(operator.body["spec"])
+    edited["workload"]["requestsPerStage"] = 1000
+    edited["workload"]["stages"] = [{"name": "low", "rate": 16.0}]
+    operator.edit(edited)
+    status: dict[str, Any] = {}
+    for _ in range(5):
+        status = run(operator)
+        if status.get("phase") == "Deploying" and status.get("observedGeneration") == 2:
+            break
+    assert (status["phase"], status["observedGeneration"]) == ("Deploying", 2)
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "2"
+    assert loaded["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "2"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 1000
+    assert loaded["spec"]["workload"]["stages"] == [{"name": "low", "rate": 16.0}]
+
+
+def test_a_spec_config_map_that_names_no_generation_is_replaced(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """One left by an older operator, or written by someone else, is not read by the load."""
+    client = FakeKube()
+    foreign = manifests.build_spec_config_map("exp", document(requestsPerStage=7))
+    foreign["metadata"]["labels"] = manifests.labels("exp", component="load")
+    client.add(foreign)
+    operator = Operator(client, document())
+    run(operator, 4)
+    annotations, loaded = loaded_spec(client)
+    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert loaded["spec"]["workload"]["requestsPerStage"] == 100
+
+
+def test_children_are_listed_for_staleness_without_their_data(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Result ConfigMaps can be megabytes each: every tick reads only their metadata."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 3)
+    config_map_reads = [(method, what) for method, kind, what in client.reads if kind == kube.CONFIG_MAP]
+    assert config_map_reads and all(method == "LIST-metadata" for method, _ in config_map_reads)
+
+
+@pytest.mark.parametrize(("written_for", "asked"), [(1, 2), (None, 1)])
+def test_the_load_refuses_an_experiment_file_of_another_generation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written_for: int | None, asked: int
+) -> None:
+    path = tmp_path / "experiment.yaml"
+    rendered = manifests.build_spec_config_map("exp", document(), written_for)
+    path.write_text(rendered["data"][manifests.EXPERIMENT_FILE])
+    code = cli.main(
+        [
+            "loadgen",
+            "--experiment",
+            str(path),
+            "--control-url",
+            "http://127.0.0.1:9",
+            "--treatment-url",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "out"),
+            "--results-configmap",
+            "exp-results",  # no upload is tried: nothing was measured
+            "--generation",
+            str(asked),
+        ]
+    )
+    assert code == exit_status.INVALID
+    err = capsys.readouterr().err
+    assert f"measures generation {asked} (--generation)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_experiment_file_of_its_own_generation_is_accepted() -> None:
+    rendered = manifests.build_spec_config_map("exp", document(), 3)
+    assert manifests.document_generation(yaml.safe_load(rendered["data"][manifests.EXPERIMENT_FILE])) == 3
+
+
+def analyzing(client: FakeKube, **settings: Any) -> Operator:
+    """An experiment whose load Job finished: the next tick collects its results."""
+    operator = Operator(client, document(), settings=OperatorSettings(**settings))
+    run(operator, 2)  # Pending -> Deploying: children of generation 1 exist
+    operator.body["status"].update(phase="Analyzing", phaseStartedAt=T0.isoformat())
+    job = manifests.build_load_job("exp", validation.parse_experiment(document())[0], manifests.Settings())
+    job["metadata"]["annotations"] = {manifests.GENERATION_ANNOTATION: "1"}
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    client.add(job)
+    return operator
+
+
+def job_owner(client: FakeKube) -> dict[str, Any]:
+    uid = client.named(kube.JOB, "exp-load")["metadata"]["uid"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": "exp-load", "uid": uid}
+
+
+def test_forged_results_end_in_failed_never_in_a_verdict(operator_events: list[tuple[str, str]]) -> None:
+    client = FakeKube()
+    operator = analyzing(client)
+    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):  # no Job owns it
+        client.add(cm)
+    status = run(operator)
+    assert (status["phase"], status["reason"]) == ("Failed", "ResultsUntrusted"), status
+    assert "not owned by the load Job exp-load" in status["message"]
+    assert "verdict" not in status
+
+
+def test_results_too_large_end_in_failed_with_the_limit_named(operator_events: list[tuple[str, str]]) -> None:
+    """Not an operator killed for memory in Analyzing after every restart: a reason, once."""
+    client = FakeKube()
+    operator = analyzing(client, results_max_bytes=2 * 2**20)  # the workload plans ~1.2 MB: it is deployed
+    big = results.pack({"requests.jsonl": os.urandom(1_200_000).hex()})  # 2.4 MB: the run made more
+    for cm in results.build_config_maps("exp-results", "exp", big, owners=[job_owner(client)], generation=1):
+        client.add(cm)
+    status = run(operator)
+    assert (status["phase"], status["reason"]) == ("Failed", "ResultsTooLarge"), status
+    assert "SPECDECODE_RESULTS_MAX_BYTES" in status["message"]
+    assert "verdict" not in status
+
+
+# ------------------------------------------------------------- faults that repeat every tick
+
+INVALID_SELECTOR = (
+    'Deployment.apps "exp-control" is invalid: spec.template.spec.nodeSelector: Invalid value: "H 200": '
+    "a valid label must be an empty string or consist of alphanumeric characters"
+)
+
+
+def test_a_child_the_api_server_refuses_as_invalid_fails_at_once_without_arms(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Not Pending forever with kopf retrying: Failed/ChildRejected with the API server's words."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(422, INVALID_SELECTOR) if (method, kind) == ("POST", kube.DEPLOYMENT) else None
+    )
+    operator = Operator(client, document())
+    status = run(operator, 2)
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildRejected"), status
+    assert "Deployment exp-control (HTTP 422)" in status["message"]
+    assert 'Invalid value: "H 200"' in status["message"]
+    assert "verdict" not in status
+    assert client.names(kube.DEPLOYMENT) == []
+    assert ("ChildRejected", status["message"]) in operator_events
+
+
+def test_an_api_error_on_every_tick_fails_pending_at_the_deploy_deadline(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Pending has no deadline of its own in decide(); a create that fails every tick used to keep
+    it there forever."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(500, "etcdserver: request timed out") if method == "POST" else None
+    )
+    operator = Operator(client, document())
+    run(operator)  # accepted: Pending since T0
+    retrying = run(operator, 3, now=T0 + timedelta(minutes=29))
+    assert retrying["phase"] == "Pending"
+    assert retrying["message"].startswith(
+        "retrying: HTTP 500 from the API server (for Deployment exp-control)"
+    )
+    status = run(operator, now=T0 + timedelta(minutes=31))
+    assert (status["phase"], status["reason"]) == ("Failed", "KubernetesApiError"), status
+    assert "etcdserver: request timed out" in status["message"]
+    assert "spec.deadlines.deploy (30m)" in status["message"]
+
+
+def test_a_list_refused_on_every_tick_fails_at_the_deadline_and_frees_the_gpus(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Nothing can be observed (the operator lost `list pods`): the arms are deleted all the same."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)  # Deploying since T0: both arms created
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    client.refuse = lambda method, kind, obj: (
+        refusal(403, 'pods is forbidden: cannot list resource "pods"')
+        if (method, kind) == ("LIST", kube.POD)
+        else None
+    )
+    assert run(operator, 2, now=T0 + timedelta(minutes=29))["phase"] == "Deploying"
+    status = run(operator, now=T0 + timedelta(minutes=31))
+    assert (status["phase"], status["reason"]) == ("Failed", "KubernetesApiError"), status
+    assert 'cannot list resource "pods"' in status["message"]
+    assert "verdict" not in status
+    assert client.names(kube.DEPLOYMENT) == []  # cleanup: Always
+
+
+def test_the_first_tick_writes_the_pending_phase(operator_events: list[tuple[str, str]]) -> None:
+    """Pending is the status' default: without an explicit write `kubectl get sdx` shows no phase."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: refusal(500, "down") if method == "POST" else None
+    assert run(Operator(client, document()))["phase"] == "Pending"
+
+
+def test_an_api_server_away_for_a_while_only_delays_the_experiment(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Every call fails (a restarting API server) for some ticks within the deadline: the phase and
+    the children are kept, and the experiment goes on once it is back."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)
+    before = {
+        name: client.named(kube.DEPLOYMENT, name)["metadata"]["uid"] for name in client.names(kube.DEPLOYMENT)
+    }
+    client.refuse = lambda method, kind, obj: refusal(
+        503, "the server is currently unable to handle the request"
+    )
+    away = run(operator, 3, now=T0 + timedelta(minutes=1))
+    assert away["phase"] == "Deploying" and away["message"].startswith("retrying: HTTP 503")
+    client.refuse = lambda method, kind, obj: None
+    back = run(operator, now=T0 + timedelta(minutes=2))
+    assert (back["phase"], back["message"]) == ("Deploying", "creating both arms")  # the retry note is gone
+    assert {
+        name: client.named(kube.DEPLOYMENT, name)["metadata"]["uid"] for name in client.names(kube.DEPLOYMENT)
+    } == before
+
+
+def test_a_workload_whose_results_the_operator_could_not_read_deploys_nothing(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Better InvalidSpec now than hours of GPUs ending in ResultsTooLarge."""
+    client = FakeKube()
+    huge = document(requestsPerStage=1_000_000, stages=[{"name": f"s{i}", "rate": 1.0} for i in range(32)])
+    status = run(Operator(client, huge), 2)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec"), status
+    assert "more than the 48 MiB the operator reads (SPECDECODE_RESULTS_MAX_BYTES)" in status["message"]
+    assert "lower requestsPerStage" in status["message"]
+    assert client.names(kube.DEPLOYMENT) == []
+
+
+def test_a_child_name_taken_by_a_foreign_object_is_never_adopted(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """`<exp>-spec` written by someone else (not labelled, so not found stale) would be the workload
+    the load runs: the experiment waits for the name to be freed, then fails, and never uses it."""
+    client = FakeKube()
+    foreign = manifests.build_spec_config_map("exp", document(requestsPerStage=7), 1)
+    del foreign["metadata"]["labels"]
+    client.add(foreign)
+    operator = Operator(client, document())
+    waiting = run(operator, 3, now=T0 + timedelta(minutes=1))
+    assert waiting["phase"] == "Pending", waiting
+    assert waiting["message"].startswith("retrying: ConfigMap exp-spec exists and is not this experiment's")
+    status = run(operator, now=T0 + timedelta(minutes=32))  # Pending since T0 + 1 min
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildConflict"), status
+    assert client.names(kube.DEPLOYMENT) == [] and client.names(kube.JOB) == []
+    assert loaded_spec(client)[1]["spec"]["workload"]["requestsPerStage"] == 7  # untouched, unused
+
+
+def test_a_report_config_map_the_experiment_does_not_own_is_never_replaced() -> None:
+    client = FakeKube()
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "exp-report"},
+        "data": {"a": "b"},
+    }
+    client.add(foreign)
+    experiment, _ = validation.parse_experiment(document())
+    metadata = {"name": "exp", "namespace": "ns", "uid": "experiment-uid", "generation": 1}
+    store = collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
+    with pytest.raises(
+        collect.ReportNameTaken, match="ConfigMap exp-report exists and is not this experiment's"
+    ):
+        asyncio.run(store)
+    assert client.named(kube.CONFIG_MAP, "exp-report")["data"] == {"a": "b"}
+    del client.store[(kube.CONFIG_MAP, "exp-report")]
+    asyncio.run(collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata))
+    stored = client.named(kube.CONFIG_MAP, "exp-report")
+    assert [o["uid"] for o in stored["metadata"]["ownerReferences"]] == ["experiment-uid"]
+    asyncio.run(
+        collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
+    )  # its own: replaced
