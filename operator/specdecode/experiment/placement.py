@@ -15,9 +15,11 @@ differ). A fact known for one arm only is not a difference: it is unknown, not d
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic.alias_generators import to_camel
 
-from specdecode.experiment import status
+from specdecode.experiment import releases, spec, status
 
 #: The `status.Host` fields compared between the arms.
 COMPARED: tuple[str, ...] = tuple(name for name in status.Host.model_fields if name != "gpu_uuids")
@@ -35,6 +37,20 @@ def differences(hosts: status.ArmHosts) -> list[str]:
         and (b := getattr(treatment, name)) is not None
         and a != b
     ]
+
+
+def environment(s: spec.ExperimentSpec, release: releases.Release, **observed: Any) -> status.Environment:
+    """What the spec says was measured (image, draft, simulator, the release's rules), plus `observed`
+    fields (e.g. `image_digest`, `nodes`); the one builder for the cluster and `run --local`."""
+    sim = s.engine.simulator
+    return status.Environment(
+        image=None if sim else s.engine.image,
+        model_revision=s.model_revision or None,
+        draft_model=s.speculative.model or s.speculative.method.value,
+        simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
+        vllm_rules=release.describe(),
+        **observed,
+    )
 
 
 def with_hosts(environment: status.Environment, hosts: status.ArmHosts) -> status.Environment:

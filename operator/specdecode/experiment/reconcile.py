@@ -618,17 +618,11 @@ def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
 
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
     pods = [pod for arm in spec.Arm for pod in observed.arms.get(arm, ArmState()).pods]
-    simulator = None
-    if s.engine.simulator is not None:
-        simulator = {"profile": s.engine.simulator.profile, **s.engine.simulator.overrides()}
-    environment = status.Environment(
-        image=s.engine.image if s.engine.simulator is None else None,
+    environment = placement.environment(
+        s,
+        releases.resolve(s.engine),
         image_digest=next((p.image_id for p in pods if p.image_id), None),
         nodes=sorted({p.node for p in pods if p.node}),
-        model_revision=s.model_revision or None,
-        draft_model=s.speculative.model or s.speculative.method.value,
-        simulator=simulator,
-        vllm_rules=releases.resolve(s.engine).describe(),
     )
     if not observed.hosts:
         return environment

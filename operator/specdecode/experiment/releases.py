@@ -125,6 +125,11 @@ def fmt(version: Version) -> str:
     return ".".join(str(part) for part in version)
 
 
+def minor(version: Version) -> str:
+    """(0, 24, 0) -> '0.24': how messages name a release line."""
+    return f"{version[0]}.{version[1]}"
+
+
 @dataclass(frozen=True)
 class Release:
     """The vLLM release an experiment's arms run, and what it accepts."""
@@ -177,8 +182,8 @@ class Release:
         """Which releases have the key, for error messages: `>= 0.24` or `< 0.21`."""
         since, until = _KEY_RANGE.get(key, (OLDEST, None))
         if until is not None:
-            return f"vLLM < {fmt(until)[:-2]}"
-        return f"vLLM >= {fmt(since)[:-2]}"
+            return f"vLLM < {minor(until)}"
+        return f"vLLM >= {minor(since)}"
 
     def has_method(self, method: spec.SpeculativeMethod) -> bool:
         """The method exists in this release."""
@@ -186,7 +191,7 @@ class Release:
 
     def method_since(self, method: spec.SpeculativeMethod) -> str:
         """The first release with the method, e.g. `0.25`."""
-        return fmt(_METHOD_SINCE.get(method.value, OLDEST))[:-2]
+        return minor(_METHOD_SINCE.get(method.value, OLDEST))
 
     @property
     def rejection_methods(self) -> tuple[str, ...]:
@@ -201,7 +206,7 @@ class Release:
     @property
     def short(self) -> str:
         """`vLLM 0.20` for messages."""
-        return f"vLLM {fmt(self.rules)[:-2]}"
+        return f"vLLM {minor(self.rules)}"
 
 
 def _latest(table: tuple[tuple[Version, tuple[str, ...]], ...], version: Version) -> tuple[str, ...]:

@@ -1149,7 +1149,7 @@ def recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommenda
             beneficial_up_to=best.name,
             note=(
                 f"{note}; {release.short} has no num_speculative_tokens_per_batch_size (vLLM >= "
-                f"{releases.fmt(releases.BATCH_SCHEDULE_SINCE)[:-2]} has it: {schedule}), so enable speculation only "
+                f"{releases.minor(releases.BATCH_SCHEDULE_SINCE)} has it: {schedule}), so enable speculation only "
                 f"where the load stays at or below ~{upto} running requests (e.g. a low-latency pool with "
                 f"--max-num-seqs {upto}), or upgrade"
             ),

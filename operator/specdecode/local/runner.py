@@ -436,14 +436,7 @@ class _Run:
             for arm, state in arms.arms.items():
                 if arm not in self.hosts and state.exit_code() is None:
                     self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
-        sim = self.spec.engine.simulator
-        environment = status.Environment(
-            image=None if sim else self.spec.engine.image,
-            model_revision=self.spec.model_revision or None,
-            draft_model=self.spec.speculative.model or self.spec.speculative.method.value,
-            simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
-            vllm_rules=(self.release or releases.resolve(self.spec.engine)).describe(),
-        )
+        environment = placement.environment(self.spec, self.release or releases.resolve(self.spec.engine))
         hosts = status.ArmHosts(
             control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
         )
