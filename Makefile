@@ -32,7 +32,6 @@ crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
 	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
 
-# A real Prometheus server for the tests (Debian's package), installed only when missing.
 unit: $(STAMP)
 	$(BIN)/pytest -q
 

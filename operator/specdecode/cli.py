@@ -54,7 +54,6 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from specdecode.report import results, terminal
 
@@ -136,7 +135,6 @@ def _add_display(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     if not args.local:
         print(
@@ -168,7 +166,6 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from importlib import resources
-    from pathlib import Path
 
     from specdecode.local import runner
 

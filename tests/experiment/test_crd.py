@@ -123,3 +123,19 @@ def test_a_bad_document_fails_the_crd_schema() -> None:
     document["spec"]["speculative"]["numSpeculativeTokens"] = 0
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, schema)
+
+
+def test_end_to_end_latency_fields_are_e2e_on_the_wire_and_the_old_spelling_is_still_read() -> None:
+    """v1alpha1 wrote `e2EP50` (the camel-casing of `e2e_p50`); the API now says `e2eP50`, in the CRD too."""
+    from specdecode.experiment.status import ArmSummary
+
+    assert ArmSummary(e2e_p50=1.0, e2e_p90=2.0, e2e_p99=3.0).wire() == {
+        "requests": 0,
+        "errors": 0,
+        "e2eP50": 1.0,
+        "e2eP90": 2.0,
+        "e2eP99": 3.0,
+    }
+    assert ArmSummary.model_validate({"e2EP50": 4.0, "e2eP90": 5.0}).e2e_p50 == 4.0
+    crd_text = (ROOT / "crds/specdecodeexperiments.specdecode.io.yaml").read_text()
+    assert "e2eP50:" in crd_text and "e2EP" not in crd_text

@@ -160,6 +160,12 @@ def test_stream_options_without_stream_is_a_400(start_sim: StartSim) -> None:
     )
 
 
+def test_a_max_tokens_below_one_is_a_400_that_names_the_value_sent(start_sim: StartSim) -> None:
+    sim = start_sim(*FAST)
+    status, body = sim.post("/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 0})
+    assert status == 400 and body["error"]["message"] == "max_tokens must be at least 1, got 0."
+
+
 def test_ground_truth_records_every_chunk_with_its_tokens_and_the_client_request_id(
     start_sim: StartSim,
 ) -> None:

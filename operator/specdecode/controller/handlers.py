@@ -328,7 +328,8 @@ async def _apply(
             deployment = manifests.Names(name).arm(arm)
             await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
         return
-    assert subject.spec is not None
+    if subject.spec is None:  # decide() asks for children only of a spec that validated
+        raise kopf.PermanentError(f"{action.value}: the experiment has no valid spec to render")
     if action is reconcile.Action.CREATE_ARMS:
         children = manifests.build_all(
             name, document, subject.spec, settings.render, generation=subject.generation

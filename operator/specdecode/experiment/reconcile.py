@@ -632,7 +632,7 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
     return placement.with_hosts(environment, hosts)
 
 
-def conditions_for(st: ExperimentStatus, generation: int) -> dict[str, tuple[str, str, str]]:
+def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
     """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted."""
     reason = st.reason or st.phase.value
     message = st.message or ""
@@ -663,7 +663,7 @@ def _with_conditions(
 ) -> ExperimentStatus:
     before = {c.type: c for c in (previous.conditions if previous else [])}
     conditions = []
-    for kind, (value, reason, message) in conditions_for(st, generation).items():
+    for kind, (value, reason, message) in conditions_for(st).items():
         old = before.get(kind)
         changed = old is None or old.status != value
         conditions.append(

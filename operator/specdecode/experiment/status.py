@@ -13,8 +13,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+
+def _e2e_field(name: str) -> Any:
+    """`e2eP50` on the wire; `e2EP50` (the camel-casing of `e2e_p50` written before 2026-12) still read."""
+    return Field(
+        default=None,
+        serialization_alias=name,
+        validation_alias=AliasChoices(name, name.replace("e2eP", "e2EP"), name.replace("e2eP", "e2e_p")),
+    )
 
 
 class StatusModel(BaseModel):
@@ -229,11 +238,11 @@ class ArmSummary(StatusModel):
     """Time per output token, p90, ms."""
     tpot_p99: float | None = None
     """Time per output token, p99, ms."""
-    e2e_p50: float | None = None
+    e2e_p50: float | None = _e2e_field("e2eP50")
     """End-to-end latency, median, ms."""
-    e2e_p90: float | None = None
+    e2e_p90: float | None = _e2e_field("e2eP90")
     """End-to-end latency, p90, ms."""
-    e2e_p99: float | None = None
+    e2e_p99: float | None = _e2e_field("e2eP99")
     """End-to-end latency, p99, ms."""
     output_tokens_per_second: float | None = None
     """Output tokens of successful requests per second of this arm's own active time in the stage

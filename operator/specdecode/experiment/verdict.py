@@ -967,7 +967,6 @@ def analyse_stage(
 
     reasons: list[str] = []
     validity_of = stage_validity(validity, stage.name)
-    control_errors = next((g for g in result.guardrails if g.name == "errorRate"), None)
     control_list = list(pairs.control.values())
     control_err_low = (
         proportion_interval(sum(not r.ok for r in control_list), len(control_list), confidence=a.confidence)[
@@ -997,7 +996,7 @@ def analyse_stage(
                 else f"no {CONTROL if not pairs.control else TREATMENT} requests"
             ),
         )
-    elif control_err_low > a.guardrails.max_error_rate and control_errors is not None:
+    elif control_err_low > a.guardrails.max_error_rate:
         verdict = StageVerdict.INCONCLUSIVE
         reasons.insert(0, "invalid measurement: the control arm fails too (errors are not speculation's)")
     elif surely:

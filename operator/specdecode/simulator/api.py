@@ -208,7 +208,7 @@ class App:
         if max_tokens is None:
             max_tokens = cfg.max_model_len - prompt_tokens
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ApiError("max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
+            raise ApiError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
         if prompt_tokens + max_tokens > cfg.max_model_len:
             raise ApiError(
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
