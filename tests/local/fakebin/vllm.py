@@ -21,6 +21,9 @@ Options (environment):
   FAKE_ENGINECORE_TAG.
 - FAKE_VLLM_FAIL_AT_START=ARM: that arm (`control`, `treatment` or `both`) exits 1 while loading.
 - FAKE_VLLM_DIE_AFTER=ARM:N: that arm is killed (SIGKILL) once it has finished N requests.
+- FAKE_GPU_SPEED_FACTORS=DEVICE=X,...: a device's speed (the simulator's `SPECDECODE_SIM_SPEED_FACTOR`,
+  every step X times as long; the slowest of the server's devices counts): GPUs of unequal speed, so
+  that a placement effect can be measured and swapped (`analysis.crossover`).
 """
 
 from __future__ import annotations
@@ -152,6 +155,12 @@ def serve(argv: list[str], version: str) -> None:
         subprocess.Popen(
             [sys.executable, "-c", ENGINECORE, mode, tag], env=env, pass_fds=held, stdin=subprocess.DEVNULL
         )
+    speeds = dict(
+        pair.split("=", 1) for pair in os.environ.get("FAKE_GPU_SPEED_FACTORS", "").split(",") if "=" in pair
+    )
+    if any(device in speeds for device in devices):
+        factor = max(float(speeds.get(device, "1")) for device in devices)
+        os.environ["SPECDECODE_SIM_SPEED_FACTOR"] = str(factor)
     extra = os.environ.get("FAKE_VLLM_SIM_ARGS", "").split()
     die = os.environ.get("FAKE_VLLM_DIE_AFTER", "")
     if die.split(":")[0] == arm:
