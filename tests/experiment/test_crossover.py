@@ -105,21 +105,34 @@ def test_a_true_win_well_clear_of_the_placement_effect_keeps_its_promote() -> No
     assert block.demoted == [] and block.effects == {"c1": pytest.approx(1 / 1.02, abs=1e-4)}
 
 
-def test_a_pass_whose_margin_is_smaller_than_the_placement_effect_is_inconclusive() -> None:
-    """Without the placement the speed-up still clears minSpeedup, but by less than the placement moved it."""
+def test_a_pass_whose_margin_is_no_larger_than_the_placement_effect_is_inconclusive() -> None:
+    """A pass stands only when the speed-up without the placement still clears minSpeedup (1.05)."""
     s = experiment()
-    first = [stage("c1", 1.25 * 1.08, 0.01, StageVerdict.PASS)]  # placement 1.08x
+    first = [stage("c1", 1.25 * 1.08, 0.01, StageVerdict.PASS)]  # placement 1.08x, well inside the margin
     swapped = [stage("c1", 1.25 / 1.08, 0.01, StageVerdict.PASS)]
     judged, _ = crossover.apply(s, analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed"), swapped, ROUNDS)
     placement = judged.stages[0].placement
-    assert placement is not None and placement.speedup_ci_low is not None
-    # margin log(1.24 / 1.05) = 0.166 > |log 1.08| = 0.077: kept
-    assert judged.verdict is Verdict.PROMOTE
-    first = [stage("c1", 1.12 * 1.08, 0.01, StageVerdict.PASS)]
-    swapped = [stage("c1", 1.12 / 1.08, 0.01, StageVerdict.PASS)]
+    assert placement is not None and placement.speedup_ci_low == pytest.approx(
+        1.25 * math.exp(-math.hypot(0.01, 0.01) / 2)
+    )
+    assert judged.verdict is Verdict.PROMOTE and not placement.demoted
+    # 1.04 x 1.08 = 1.123 [1.112, 1.135] passes round 1; without the placement 1.04 < 1.05
+    first = [stage("c1", 1.04 * 1.08, 0.01, StageVerdict.PASS)]
+    swapped = [stage("c1", 1.04 / 1.08, 0.01, StageVerdict.FAIL)]
     judged, _ = crossover.apply(s, analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed"), swapped, ROUNDS)
-    # margin log(1.11 / 1.05) = 0.056 < 0.077: the placement is comparable to it
     assert judged.verdict is Verdict.INCONCLUSIVE and judged.reason == "PlacementEffect"
+    assert "without it the speed-up is 1.040x" in judged.stages[0].reasons[0]
+
+
+def test_a_pass_on_a_slower_placement_stands() -> None:
+    """The treatment's round-1 host was slower: the placement worked against the pass, which stands."""
+    s = experiment()
+    first = [stage("c1", 1.2 / 1.1, 0.02, StageVerdict.PASS)]
+    swapped = [stage("c1", 1.2 * 1.1, 0.02, StageVerdict.PASS)]
+    judged, block = crossover.apply(
+        s, analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed"), swapped, ROUNDS
+    )
+    assert judged.verdict is Verdict.PROMOTE and block.effects == {"c1": pytest.approx(1 / 1.1, abs=1e-4)}
 
 
 def test_a_pass_without_a_swapped_estimate_is_never_kept() -> None:
