@@ -20,7 +20,7 @@ from specdecode import cli
 from tests.factories import experiment_document
 from tests.local.conftest import FakeEngines
 
-NEUTRAL = "--profile h200-8b-draft-tiny --decode-step-ms 3 --acceptance-rate 0 --draft-cost-ratio 0 --draft-fixed-ms 0 --batch-token-ms 0"
+NEUTRAL = "--profile h200-8b-draft-tiny --decode-step-ms 8 --acceptance-rate 0 --draft-cost-ratio 0 --draft-fixed-ms 0 --batch-token-ms 0"
 
 
 def write_experiment(tmp_path: Path, crossover: str | None) -> Path:
