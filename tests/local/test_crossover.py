@@ -18,6 +18,7 @@ import yaml
 
 from specdecode import cli
 from tests.factories import experiment_document
+from tests.local import test_run_local as run_local
 from tests.local.conftest import FakeEngines
 
 NEUTRAL = "--profile h200-8b-draft-tiny --decode-step-ms 8 --acceptance-rate 0 --draft-cost-ratio 0 --draft-fixed-ms 0 --batch-token-ms 0"
@@ -144,3 +145,39 @@ def test_if_apart_on_equal_gpus_runs_no_crossover_and_says_why(
         "demoted": [],
     }
     assert len(fake_engines.serves()) == 2
+
+
+def test_servers_given_by_url_cannot_be_swapped_and_the_status_says_so(tmp_path: Path) -> None:
+    path = run_local.write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny"},
+        requests=20,
+        sequential=False,
+        crossover="IfApart",
+    )
+    control, control_url = run_local.start_simulator_node(tmp_path, "control", 1.0)
+    treatment, treatment_url = run_local.start_simulator_node(tmp_path, "treatment", 1.1)
+    try:
+        out = tmp_path / "out"
+        code = run_local.run(path, out, "--control-url", control_url, "--treatment-url", treatment_url)
+    finally:
+        for process in (control, treatment):
+            process.terminate()
+            process.wait(15)
+    assert code == 0
+    status = json.loads((out / "result.json").read_text())
+    assert status["environment"]["hostDifferences"] == ["speedFactor"]
+    assert (status["crossover"]["ran"], status["crossover"]["reason"]) == (False, "ServersGiven")
+    assert "placement" not in status["stages"][0]
+
+
+def test_simulator_arms_have_no_placement_to_swap_and_the_status_says_so(tmp_path: Path) -> None:
+    path = run_local.write_experiment(
+        tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20, crossover="Always"
+    )
+    out = tmp_path / "out"
+    assert run_local.run(path, out) == 0
+    status = json.loads((out / "result.json").read_text())
+    assert (status["crossover"]["ran"], status["crossover"]["reason"]) == (False, "SamePlacement")
+    assert status["reason"] != "PlacementEffect" and "placement" not in status["stages"][0]
+    assert not (out / "crossover").exists()
