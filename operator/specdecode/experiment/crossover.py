@@ -34,8 +34,9 @@ turns the stage Inconclusive with the reason `PlacementEffect` (so does a swappe
 interval). Round 1's own lower bound is not the margin to compare with: the sequential design stops
 a stage as soon as that bound clears minSpeedup, so it clears it by a hair, whatever the truth
 (`benchmarks/verdict/crossover.py`: that rule kept 29% / 23% of true 1.32x wins on a 10% / 20%
-faster node, this one 99.6% / 93%; neither promoted a neutral treatment there). The crossover never turns a Fail or an Inconclusive stage into a Pass, and
-never promotes: it can only withhold a promotion. Round 2's guardrails are not judged (round 1's decide).
+faster node, this one 99.6% / 93%; neither promoted a neutral treatment there). The crossover never
+turns a Fail or an Inconclusive stage into a Pass, and never promotes: it can only withhold a
+promotion. Round 2's guardrails are not judged (round 1's decide).
 
 Owns `status.crossover` and `status.stages[].placement`.
 """
