@@ -144,6 +144,25 @@ def test_a_pass_without_a_swapped_estimate_is_never_kept() -> None:
     assert "c1 not estimated" in judged.message
 
 
+def test_a_swapped_round_that_failed_withholds_every_pass_and_says_why() -> None:
+    s = experiment()
+    first = [stage("c1", 1.5, 0.02, StageVerdict.PASS)]
+    judged, block = crossover.apply(
+        s,
+        analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed"),
+        [],
+        ROUNDS[:1],
+        failure="control arm exited",
+    )
+    assert judged.verdict is Verdict.INCONCLUSIVE and judged.reason == "PlacementEffect"
+    assert (block.ran, block.reason, block.demoted) == (False, "SwappedRoundFailed", ["c1"])
+    assert (
+        block.message
+        == "crossover: the swapped round could not be measured (control arm exited), so no pass stands"
+    )
+    assert judged.message.endswith(block.message)
+
+
 def test_the_crossover_never_turns_a_reject_into_anything_else() -> None:
     """A true win measured as a loss on a slower node stays Reject: the crossover only withholds passes."""
     s = experiment()

@@ -124,6 +124,24 @@ def test_with_the_crossover_a_neutral_treatment_on_unequal_gpus_is_never_promote
     assert sorted(served[2:]) == [("control", "1"), ("treatment", "0")]
 
 
+def test_a_swapped_round_that_cannot_start_withholds_the_pass_and_keeps_round_one(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_VLLM_FAIL_AT_START", "control@1")  # the control fails on the treatment's GPU
+    status = run_on_unequal_gpus(tmp_path, fake_engines, "Always", slow="0")
+    assert status["phase"] == "Completed" and status["verdict"] == "Inconclusive"
+    assert status["reason"] == "PlacementEffect"
+    block = status["crossover"]
+    assert (block["ran"], block["reason"], block["demoted"]) == (False, "SwappedRoundFailed", ["c4"])
+    assert block["message"].startswith(
+        "crossover: the swapped round could not be measured (control arm exited"
+    )
+    assert len(block["rounds"]) == 1
+    stage = status["stages"][0]
+    assert stage["speedup"]["estimate"] == pytest.approx(1.1, rel=0.04)  # round 1 as measured
+    assert "placement effect unknown" in stage["reasons"][0]
+
+
 def test_if_apart_on_equal_gpus_runs_no_crossover_and_says_why(
     tmp_path: Path, fake_engines: FakeEngines
 ) -> None:

@@ -67,6 +67,7 @@ SAME_PLACEMENT = "SamePlacement"
 SERVERS_GIVEN = "ServersGiven"
 NOT_SUPPORTED_BY_OPERATOR = "NotSupportedByOperator"
 NOT_MEASURED = "NotMeasured"
+SWAPPED_ROUND_FAILED = "SwappedRoundFailed"
 #: The fewest requests of a stage's swapped round (a paired t interval needs a few pairs).
 MIN_SWAPPED_REQUESTS = 10
 
@@ -176,9 +177,15 @@ def apply(
     analysis: verdict.Analysis,
     swapped: Sequence[StageResult],
     rounds: Sequence[CrossoverPlacement],
+    *,
+    failure: str | None = None,
 ) -> tuple[verdict.Analysis, CrossoverResult]:
     """Round 1's analysis with each stage's placement folded in and the verdict combined again,
-    and the `status.crossover` block. A verdict can only lose its Promote here."""
+    and the `status.crossover` block. A verdict can only lose its Promote here.
+
+    `failure`: why the swapped round could not be measured (an arm that did not start or crashed, a
+    measurement the load generator marked invalid): no stage has a placement estimate, so no pass
+    stands, and the block says `ran: false`, `SwappedRoundFailed`."""
     a = s.analysis
     if analysis.verdict is None:
         return analysis, skipped(a, NOT_MEASURED, "no verdict to check")
@@ -201,6 +208,9 @@ def apply(
         mode=a.crossover.value, ran=True, rounds=list(rounds), effects=effects, demoted=demoted
     )
     result.message = _summary(stages)
+    if failure is not None:
+        result.ran, result.reason = False, SWAPPED_ROUND_FAILED
+        result.message = f"crossover: the swapped round could not be measured ({failure}), so no pass stands"
     if not demoted:
         return replace(analysis, stages=stages, message=f"{analysis.message}; {result.message}"), result
     outcome, reason = verdict.combine(a.require_stages, stages)

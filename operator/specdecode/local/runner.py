@@ -419,6 +419,32 @@ class _Run:
                 raise engines.EngineError(
                     f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
                 )
+        rounds = [
+            status.CrossoverPlacement(control=first[spec.Arm.CONTROL], treatment=first[spec.Arm.TREATMENT])
+        ]
+        try:
+            swapped_spec, recs, result = self._swapped_round(arms, swapped_gpus, rounds)
+        except (engines.EngineError, ArmFailure) as exc:
+            # Round 1 stands as measured; the check it asked for did not happen, so no pass stands.
+            self.view.message(f"crossover: the swapped round failed: {exc}")
+            failure = str(exc).splitlines()[0]
+            return crossover.apply(self.spec, analysis, [], rounds, failure=failure)
+        validity = result.summary.get("validity")
+        if isinstance(validity, dict) and not bool(validity.get("valid", True)):
+            why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+            return crossover.apply(
+                self.spec, analysis, [], rounds, failure=f"its measurement is invalid: {why}"
+            )
+        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
+        return crossover.apply(self.spec, analysis, stages, rounds)
+
+    def _swapped_round(
+        self,
+        arms: engines.Engines,
+        swapped_gpus: Mapping[spec.Arm, str],
+        rounds: list[status.CrossoverPlacement],
+    ) -> tuple[spec.ExperimentSpec, list[records.RequestRecord], runner.RunResult]:
+        """Both arms started again on each other's GPUs, then the swapped round's load; appends its placement to `rounds`."""
         for arm in spec.Arm:
             arms.start(arm, gpus=swapped_gpus[arm], log_name=f"{arm.value}-swapped")
             self.view.message(f"crossover: started the {arm.value} arm on GPUs {swapped_gpus[arm]}")
@@ -428,21 +454,12 @@ class _Run:
                 arm: _placement_of(_arm_host(client, arms.arms[arm], swapped_gpus[arm]), swapped_gpus[arm])
                 for arm in spec.Arm
             }
+        rounds.append(
+            status.CrossoverPlacement(control=second[spec.Arm.CONTROL], treatment=second[spec.Arm.TREATMENT])
+        )
         swapped_spec = crossover.swapped_spec(self.spec)
         recs, result = self._load_swapped(arms, swapped_spec)
-        validity = result.summary.get("validity")
-        if isinstance(validity, dict) and not bool(validity.get("valid", True)):
-            self.view.message(
-                "crossover: the swapped round's measurement is invalid; its speed-ups are not used"
-            )
-            stages: list[status.StageResult] = []
-        else:
-            stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
-        rounds = [
-            status.CrossoverPlacement(control=first[spec.Arm.CONTROL], treatment=first[spec.Arm.TREATMENT]),
-            status.CrossoverPlacement(control=second[spec.Arm.CONTROL], treatment=second[spec.Arm.TREATMENT]),
-        ]
-        return crossover.apply(self.spec, analysis, stages, rounds)
+        return swapped_spec, recs, result
 
     def _load_swapped(
         self, arms: engines.Engines, swapped_spec: spec.ExperimentSpec
