@@ -869,7 +869,11 @@ def categories(
             sequential_ci=False,
             higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
         )
-        acc, _ = acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)
+        acc = (
+            acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)[0]
+            if spec.speculates
+            else None
+        )
         out.append(
             CategoryResult(
                 name=name,
@@ -998,8 +1002,10 @@ def analyse_stage(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
     )
     server = window.server.get(TREATMENT) if window is not None else None
-    result.acceptance, acc_counts = acceptance_counts(
-        list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens
+    result.acceptance, acc_counts = (
+        acceptance_counts(list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens)
+        if spec.speculates
+        else (None, (0, 0))  # an A/A run drafts nothing: no acceptance to estimate, not even a proxy
     )
     result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
     result.categories = categories(spec, both)
