@@ -133,6 +133,20 @@ def test_with_sampling_no_mismatch_rate_is_claimed() -> None:
     assert nf.suggested_baseline_mismatch_rate is None
 
 
+def test_a_noise_floor_run_still_refuses_an_invalid_speculative_config() -> None:
+    doc = experiment_document(
+        speculative={
+            "method": "ngram",
+            "numSpeculativeTokens": 3,
+            "promptLookupMin": 4,
+            "promptLookupMax": 2,
+        },
+        analysis={"mode": "NoiseFloor"},
+    )
+    problems = validation.check_spec(doc["spec"])
+    assert any(p.path.startswith("spec.speculative") for p in problems)
+
+
 def test_an_a_a_stage_runs_in_full_whatever_the_sequential_rule() -> None:
     spec = make_spec(mode="NoiseFloor")
     records = [r for r in a_a(spec) if r.stage == "low"]
