@@ -52,6 +52,12 @@ def test_a_noise_floor_run_is_a_measurement_not_a_gate() -> None:
     assert result.recommendation is None
     assert result.message.startswith("noise floor (A/A): minSpeedup 1.5 is measurable at every stage")
     assert all(s.verdict is StageVerdict.INCONCLUSIVE for s in result.stages)
+    # The stage table and the noise-floor table say the same: one look over every pair.
+    for s, floor in zip(result.stages, result.noise_floor.stages if result.noise_floor else [], strict=True):
+        assert s.speedup is not None and s.speedup.method == "pairedT"
+        assert (s.speedup.estimate, s.speedup.ci_low, s.speedup.ci_high) == pytest.approx(
+            (floor.speedup, floor.ci_low, floor.ci_high)
+        )
     assert all(s.reasons[0].startswith("A/A run") for s in result.stages)
     status = result.apply(ExperimentStatus(phase=Phase.ANALYZING))
     assert status.phase is Phase.COMPLETED

@@ -49,7 +49,7 @@ below the limit) is critical.
 
 Noise floor (`analysis.mode: NoiseFloor`, an A/A run: both arms without speculation). Each stage
 runs in full (no sequential stop) and is reported in `status.noiseFloor`: the A/A speed-up with its
-paired t interval (every pair, one look), `equivalent` (the interval within [1/minSpeedup,
+paired t interval (every pair, one look; the stage's own `speedup` is computed the same way), `equivalent` (the interval within [1/minSpeedup,
 minSpeedup]), `minDetectable` (`min_detectable` at threshold 1.0 with the Compare run's design: the
 smallest speed-up the stage tells from none, 9 times in 10, at the noise measured), `measurable`
 (minDetectable ≤ minSpeedup), and the greedy-output mismatch rate with its Wilson interval; the
@@ -983,7 +983,8 @@ def analyse_stage(
         metric=metric,
         min_speedup=a.min_speedup,
         confidence=a.confidence,
-        sequential_ci=a.sequential,
+        # An A/A stage runs in full (`stage_decided`): one look, the paired t interval over every pair.
+        sequential_ci=a.sequential and spec.speculates,
         horizon=spec.stage_requests(stage),
         higher_is_better=higher,
     )
