@@ -136,6 +136,7 @@ def test_an_a_a_run_shows_its_noise_floor_table_in_the_terminal_and_the_report()
     assert f"baselineMismatchRate: {nf.suggested_baseline_mismatch_rate:.3f}" in text
     html = render_html(status, records, windows, spec)
     assert "<h2>Noise floor (A/A)</h2>" in html and "<th>min detectable</th>" in html
+    assert "k=5 (not used: an A/A run" in html
     assert f"{low.mismatch_rate:.1%} [" in html and f"({low.mismatches}/{low.compared})" in html
     plain, _ = validation.parse_experiment(experiment_document())
     compared = verdict.analyse(plain, records, windows).apply(ExperimentStatus())

@@ -354,7 +354,8 @@ def render_html(
         f"<p>{_badge(verdict)} <code>{escape(status.reason or '')}</code></p>",
         f"<p>{escape(status.message or '')}</p>",
         f"<p class=muted>model {escape(spec.model)}; speculative {escape(spec.speculative.method)} "
-        f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}; "
+        f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}"
+        f"{'' if spec.speculates else ' (not used: an A/A run, analysis.mode NoiseFloor)'}; "
         f"primary metric {escape(spec.analysis.primary_metric)}; minSpeedup {spec.analysis.min_speedup:g}; "
         f"confidence {spec.analysis.confidence:g}; requireStages {escape(json.dumps(spec.analysis.require_stages))}; "
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
