@@ -59,6 +59,7 @@ def test_a_noise_floor_run_is_a_measurement_not_a_gate() -> None:
             (floor.speedup, floor.ci_low, floor.ci_high)
         )
     assert all(s.reasons[0].startswith("A/A run") for s in result.stages)
+    assert not any("critical" in line or "upper bound" in line for s in result.stages for line in s.reasons)
     status = result.apply(ExperimentStatus(phase=Phase.ANALYZING))
     assert status.phase is Phase.COMPLETED
     wire = status.wire()["noiseFloor"]
@@ -115,6 +116,9 @@ def test_the_mismatch_rate_has_a_wilson_interval_and_the_pooled_upper_bound_is_s
     spec = make_spec(mode="NoiseFloor")
     records = a_a(spec, mismatch_rate=0.3, seed=4)
     nf = verdict.noise_floor(spec, records)
+    # The stages report the guardrail finding (identical servers already miss minOutputMatch), not a verdict.
+    stages = verdict.analyse(spec, records, []).stages
+    assert all(s.reasons[1].startswith("outputMatch ") and "SurelyBreached" in s.reasons[1] for s in stages)
     for s in nf.stages:
         assert (
             s.mismatch_rate is not None and s.mismatch_ci_low is not None and s.mismatch_ci_high is not None

@@ -1336,8 +1336,13 @@ def _noise_floor_message(nf: NoiseFloor) -> str:
 
 
 def _unjudged(stage: StageResult) -> StageResult:
-    """A stage of an A/A run: its numbers stay, its verdict does not apply."""
-    reasons = ["A/A run (analysis.mode NoiseFloor): measured, not judged", *stage.reasons]
+    """A stage of an A/A run: its numbers and guardrail findings stay, its verdict does not apply."""
+    findings = [
+        _guardrail_line(g)
+        for g in stage.guardrails
+        if g.outcome in {Outcome.SURELY_BREACHED, Outcome.BREACHED}
+    ]
+    reasons = ["A/A run (analysis.mode NoiseFloor): measured, not judged", *findings]
     return stage.model_copy(update={"verdict": StageVerdict.INCONCLUSIVE, "reasons": reasons})
 
 
