@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import crossover, placement, releases, spec, status
+from specdecode.experiment import placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
@@ -118,6 +118,7 @@ class Judgement:
     stages: list[status.StageResult] = field(default_factory=list)
     recommendation: status.Recommendation | None = None
     noise_floor: status.NoiseFloor | None = None
+    crossover: status.CrossoverResult | None = None
     speedup_summary: str | None = None
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
@@ -440,8 +441,7 @@ def _analyzing(
             "validity": outcome.validity,
             "environment": environment,
             "results_ref": outcome.results_ref,
-            # The operator does not swap the arms' nodes yet: it says so rather than stay silent (issue 22).
-            "crossover": crossover.not_run_by_operator(subject.spec.analysis) if subject.spec else None,
+            "crossover": outcome.crossover,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
         }

@@ -619,7 +619,8 @@ class AnalysisSpec(Model):
     swapped (the control where the treatment ran and back), estimate the placement effect from the two
     rounds, and turn a stage that would pass into Inconclusive (`PlacementEffect`) when that effect is
     comparable to its margin over minSpeedup. Run by `specdecode run --local` (the arms' GPU sets
-    swapped); the operator does not run it yet and says so in `status.crossover`."""
+    swapped). The operator does not swap nodes yet: with the arms on different hosts it withholds
+    any pass (`status.crossover.reason: NotSupportedByOperator`), so the placement never promotes."""
     crossover_fraction: float = Field(default=0.5, gt=0, le=1)
     """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs)."""
 

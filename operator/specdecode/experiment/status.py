@@ -456,7 +456,8 @@ class CrossoverResult(StatusModel):
     reason: str | None = None
     """Why it did not run: `NotApart` (IfApart, same hosts), `SamePlacement` (nothing to swap: one
     placement for both arms), `ServersGiven` (`--control-url`/`--treatment-url`: nothing to redeploy),
-    `NotSupportedByOperator` (the operator does not run it yet), `NotMeasured` (no verdict to check),
+    `NotSupportedByOperator` (the operator does not swap nodes yet: with the arms apart no pass
+    stands), `NotMeasured` (no verdict to check),
     `SwappedRoundFailed` (started, but the swapped round could not be measured: no pass stands)."""
     message: str | None = None
     """One line: what was found, or why it did not run."""
