@@ -504,6 +504,7 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     )
     doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}
     doc["spec"]["speculative"]["numSpeculativeTokens"] = 1
+    doc["spec"]["analysis"] = {**doc["spec"].get("analysis", {}), "crossover": "IfApart"}
     slow = AGENT_GPU_NODE_NAMES[1]
     node_agent.node_env[slow] = {"SPECDECODE_SIM_SPEED_FACTOR": "1.1"}
     try:
@@ -523,3 +524,20 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     # The placement alone: 1.1x when the control got the slow node, 1/1.1 when the treatment did.
     placement_effect = 1.1 if nodes["control"] == slow else 1 / 1.1
     assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(placement_effect, rel=0.04), detail
+    # The crossover was asked for (IfApart) and the arms are apart, but the operator does not swap
+    # nodes (run --local swaps GPUs): it says so and no pass stands, so the placement never promotes.
+    crossover = status["crossover"]
+    assert (crossover["mode"], crossover["ran"], crossover["reason"]) == (
+        "IfApart",
+        False,
+        "NotSupportedByOperator",
+    ), detail
+    assert status["verdict"] != "Promote", detail
+    if nodes["control"] == slow:  # measured 1.1x > minSpeedup 1.05: the pass the placement made is withheld
+        assert (status["verdict"], status["reason"], crossover["demoted"]) == (
+            "Inconclusive",
+            "PlacementEffect",
+            ["c1"],
+        ), detail
+    else:
+        assert (status["verdict"], crossover["demoted"]) == ("Reject", []), detail

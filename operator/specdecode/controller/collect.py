@@ -19,7 +19,7 @@ from typing import Any
 from specdecode.controller import observe, prometheus, results
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, promql, reconcile, records, spec, status, verdict
+from specdecode.experiment import crossover, manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
 
 
@@ -229,9 +229,11 @@ async def collect(
         return reconcile.CollectFailure(
             "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
         )
+    # Issue 22: the operator does not swap the arms' nodes; a Promote it was asked to check is withheld.
+    analysis, checked = crossover.by_operator(experiment, analysis, current.environment)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
-    judged = analysis.apply(current)
+    judged = analysis.apply(current).model_copy(update={"crossover": checked})
     message = analysis.message
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
@@ -245,6 +247,7 @@ async def collect(
         stages=analysis.stages,
         recommendation=analysis.recommendation,
         noise_floor=analysis.noise_floor,
+        crossover=checked,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,

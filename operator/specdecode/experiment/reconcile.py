@@ -118,6 +118,7 @@ class Judgement:
     stages: list[status.StageResult] = field(default_factory=list)
     recommendation: status.Recommendation | None = None
     noise_floor: status.NoiseFloor | None = None
+    crossover: status.CrossoverResult | None = None
     speedup_summary: str | None = None
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
@@ -440,6 +441,7 @@ def _analyzing(
             "validity": outcome.validity,
             "environment": environment,
             "results_ref": outcome.results_ref,
+            "crossover": outcome.crossover,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
         }

@@ -39,7 +39,17 @@ from rich.console import Console
 from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import documents, placement, records, releases, spec, status, validation, verdict
+from specdecode.experiment import (
+    crossover,
+    documents,
+    placement,
+    records,
+    releases,
+    spec,
+    status,
+    validation,
+    verdict,
+)
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
@@ -47,6 +57,8 @@ from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
 EXPERIMENT_FILE = "experiment.yaml"
+#: The swapped round's load (`analysis.crossover`): DIR/crossover/requests.jsonl, windows.json, ...
+CROSSOVER_DIR = "crossover"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -157,6 +169,8 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
+        self.gpus: dict[spec.Arm, str] = {}
+        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -191,6 +205,7 @@ class _Run:
                 arms.start(arm, gpus=gpus.get(arm))
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
+            self.gpus = dict(gpus)
             self._load_together(arms, gpus)
         else:
             self._load_one_after_the_other(arms)
@@ -352,12 +367,14 @@ class _Run:
         if self.spec.prometheus is not None:
             windows = self._prometheus_windows()
         analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
+        analysis, checked = self._crossover(arms, analysis)
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
         judged = judged.model_copy(
             update={
                 "completed_at": _now(),
                 "validity": self.validity,
                 "message": placement.qualify(judged.message or "", judged.environment),
+                "crossover": checked,
             }
         )
         if self.loads:
@@ -365,6 +382,103 @@ class _Run:
         self.windows = windows
         self._write(judged)
         return judged
+
+    def _crossover(
+        self, arms: engines.Engines, analysis: verdict.Analysis
+    ) -> tuple[verdict.Analysis, status.CrossoverResult | None]:
+        """`analysis.crossover`: the stages again with the arms' GPUs swapped, folded in by `crossover.apply`."""
+        a = self.spec.analysis
+        if a.crossover is spec.Crossover.OFF:
+            return analysis, None
+        if not analysis.measured:
+            return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check")
+        if not crossover.wanted(a, self.status.environment):
+            return analysis, crossover.not_apart(a)
+        if self.options.control_url is not None:
+            return analysis, crossover.skipped(
+                a,
+                crossover.SERVERS_GIVEN,
+                "the arms are the servers given by --control-url and --treatment-url, which run --local "
+                "cannot move: nothing to swap",
+            )
+        if self.loads or len(set(self.gpus.values())) < 2:
+            return analysis, crossover.skipped(
+                a,
+                crossover.SAME_PLACEMENT,
+                "both arms had the same placement (one after the other on the same GPUs, or simulator "
+                "processes without GPUs): nothing to swap",
+            )
+        first = {arm: _placement_of(self.hosts.get(arm), self.gpus[arm]) for arm in spec.Arm}
+        swapped_gpus = {
+            spec.Arm.CONTROL: self.gpus[spec.Arm.TREATMENT],
+            spec.Arm.TREATMENT: self.gpus[spec.Arm.CONTROL],
+        }
+        for arm in spec.Arm:
+            left = arms.stop(arm)
+            if left:
+                raise engines.EngineError(
+                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
+                )
+        rounds = [
+            status.CrossoverPlacement(control=first[spec.Arm.CONTROL], treatment=first[spec.Arm.TREATMENT])
+        ]
+        try:
+            swapped_spec, recs, result = self._swapped_round(arms, swapped_gpus, rounds)
+        except (engines.EngineError, ArmFailure) as exc:
+            # Round 1 stands as measured; the check it asked for did not happen, so no pass stands.
+            self.view.message(f"crossover: the swapped round failed: {exc}")
+            failure = str(exc).splitlines()[0]
+            return crossover.apply(self.spec, analysis, [], rounds, failure=failure)
+        validity = result.summary.get("validity")
+        if isinstance(validity, dict) and not bool(validity.get("valid", True)):
+            why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+            return crossover.apply(
+                self.spec, analysis, [], rounds, failure=f"its measurement is invalid: {why}"
+            )
+        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
+        return crossover.apply(self.spec, analysis, stages, rounds)
+
+    def _swapped_round(
+        self,
+        arms: engines.Engines,
+        swapped_gpus: Mapping[spec.Arm, str],
+        rounds: list[status.CrossoverPlacement],
+    ) -> tuple[spec.ExperimentSpec, list[records.RequestRecord], runner.RunResult]:
+        """Both arms started again on each other's GPUs, then the swapped round's load; appends its placement to `rounds`."""
+        for arm in spec.Arm:
+            arms.start(arm, gpus=swapped_gpus[arm], log_name=f"{arm.value}-swapped")
+            self.view.message(f"crossover: started the {arm.value} arm on GPUs {swapped_gpus[arm]}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds)
+        with httpx.Client(timeout=2.0) as client:
+            second = {
+                arm: _placement_of(_arm_host(client, arms.arms[arm], swapped_gpus[arm]), swapped_gpus[arm])
+                for arm in spec.Arm
+            }
+        rounds.append(
+            status.CrossoverPlacement(control=second[spec.Arm.CONTROL], treatment=second[spec.Arm.TREATMENT])
+        )
+        swapped_spec = crossover.swapped_spec(self.spec)
+        recs, result = self._load_swapped(arms, swapped_spec)
+        return swapped_spec, recs, result
+
+    def _load_swapped(
+        self, arms: engines.Engines, swapped_spec: spec.ExperimentSpec
+    ) -> tuple[list[records.RequestRecord], runner.RunResult]:
+        """The swapped round's load (fixed horizon) into DIR/crossover/; round 1's records stay apart."""
+        plan = plan_mod.plan_from_spec(
+            swapped_spec,
+            self.experiment.source.parent if self.experiment.source else Path.cwd(),
+            scrape_metrics=True,
+            salt=f"{self.spec.engine.seed}-local",
+        )
+        out = self.out / CROSSOVER_DIR
+        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        self.view.start()
+        try:
+            result = asyncio.run(self._watched(plan, endpoints, out, arms, lambda _stage, _recs: False))
+        finally:
+            self.view.stop()
+        return [r for r in _read_records(out) if not r.warmup], result
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
         """Arms one after the other: the message says that pairs were not simultaneous."""
@@ -462,6 +576,15 @@ def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> statu
         if answer.status_code == 200:
             facts["speed_factor"] = float(answer.json()["speedFactor"])
     return host.model_copy(update=facts)
+
+
+def _placement_of(host: status.Host | None, gpus: str) -> str:
+    """One arm's placement in words: its host, its GPUs and (simulated) the host's speed factor."""
+    where = f"{host.node} " if host is not None and host.node else ""
+    speed = (
+        f" (speedFactor {host.speed_factor:g})" if host is not None and host.speed_factor is not None else ""
+    )
+    return f"{where}GPUs {gpus}{speed}"
 
 
 def _merged_windows(
