@@ -58,7 +58,8 @@ def test_prometheus_scrapes_the_simulator_and_answers_the_acceptance_rate(
         stop.set()
         worker.join()
     assert value is not None, "Prometheus never had the acceptance rate"
-    assert abs(value - (0.8 + 0.64 + 0.512) / 3) < 0.05
+    # > 2000 drafts: SE of the acceptance ~0.006 (of one position's rate ~0.011), so about 3 SE each.
+    assert abs(value - (0.8 + 0.64 + 0.512) / 3) < 0.02
     per_pos = prom.query(
         "sum by (position) (vllm:spec_decode_num_accepted_tokens_per_pos_total)"
         " / ignoring(position) group_left"
@@ -66,7 +67,7 @@ def test_prometheus_scrapes_the_simulator_and_answers_the_acceptance_rate(
     )
     rates = {r["metric"]["position"]: float(r["value"][1]) for r in per_pos}
     assert set(rates) == {"0", "1", "2"}
-    assert abs(rates["0"] - 0.8) < 0.05 and abs(rates["2"] - 0.512) < 0.05
+    assert abs(rates["0"] - 0.8) < 0.03 and abs(rates["1"] - 0.64) < 0.03 and abs(rates["2"] - 0.512) < 0.03
 
 
 def counters(sim_metrics: str) -> dict[str, float]:
