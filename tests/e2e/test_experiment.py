@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import errno
 import json
+import os
 import secrets
-import subprocess
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -339,10 +340,12 @@ def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
         ),
         timeout=120,
     )
-    killed = subprocess.run(
-        ["pkill", "-KILL", "-f", f"results-configmap {name}-results"], check=False
-    ).returncode
-    assert killed == 0, "no load generator process to kill"
+    # The load generator this test's node agent started (never a pattern that another run's matches).
+    (load_pod,) = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+    runtime = node_agent.pods[load_pod["metadata"]["uid"]]
+    (container,) = runtime.containers
+    assert container.proc is not None and container.proc.poll() is None, "no load generator process to kill"
+    os.killpg(container.proc.pid, signal.SIGKILL)  # the container: its own process group
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Failed" and status["reason"] == "LoadJobFailed", detail

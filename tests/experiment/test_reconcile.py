@@ -290,6 +290,18 @@ def test_condition_transition_times_only_move_on_change() -> None:
     )
 
 
+def test_a_condition_that_changes_status_gets_the_time_of_the_change() -> None:
+    first = reconcile.decide(subject(), at(Phase.PENDING), Observed(), T0).status
+    analyzing = first.model_copy(update={"phase": Phase.ANALYZING})
+    later = T0 + timedelta(hours=1)
+    done = reconcile.decide(subject(), analyzing, Observed(analysis=judgement(Verdict.PROMOTE)), later).status
+    assert done.phase is Phase.COMPLETED
+    for kind in ("Completed", "Promoted"):  # False -> True now
+        assert (condition(first, kind).status, condition(done, kind).status) == ("False", "True")
+        assert condition(done, kind).last_transition_time == later.isoformat().replace("+00:00", "Z")
+    assert condition(done, "Stalled").last_transition_time == condition(first, "Stalled").last_transition_time
+
+
 def test_the_load_waits_until_prometheus_scrapes_both_arms() -> None:
     waiting = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=False), T0)
     assert waiting.status.phase is Phase.DEPLOYING
