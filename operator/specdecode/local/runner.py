@@ -92,8 +92,9 @@ def run(path: Path, options: Options) -> int:
         console.print("give both --control-url and --treatment-url, or neither", markup=False)
         return exit_status.INVALID
     out = options.out
-    out.mkdir(parents=True, exist_ok=True)
-    (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
+    exit_status.prepare_results_directory(out)  # before any arm starts (ResultsUnwritable: exit 3)
+    with exit_status.writing_results(out):
+        (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
     show = view.make_view(options.mode)
     run_ = _Run(experiment, options, show)
     try:
@@ -283,7 +284,7 @@ class _Run:
             # what was measured is kept, also when the load ended by a crash or Ctrl-C
             self.records.extend(_read_records(out))
             if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
-                with (self.out / "requests.jsonl").open("a") as sink:
+                with exit_status.writing_results(self.out), (self.out / "requests.jsonl").open("a") as sink:
                     sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
         self.validity = result.summary.get("validity")
@@ -420,15 +421,16 @@ class _Run:
         return final
 
     def _write(self, final: ExperimentStatus) -> None:
-        results.write_results(
-            self.out,
-            final,
-            self.records,
-            self.windows,
-            self.spec,
-            name=self.experiment.name,
-            write_inputs=False,
-        )
+        with exit_status.writing_results(self.out):
+            results.write_results(
+                self.out,
+                final,
+                self.records,
+                self.windows,
+                self.spec,
+                name=self.experiment.name,
+                write_inputs=False,
+            )
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -515,7 +517,8 @@ def _write_windows(
             for arm, load in loads.items()
         },
     }
-    (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    with exit_status.writing_results(out):
+        (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _read_records(directory: Path) -> list[records.RequestRecord]:
