@@ -1,0 +1,117 @@
+"""`kubectl specdecode`'s rendering, pure (the commands against a real cluster: tests/e2e/test_kubectl_plugin.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from specdecode import plugin
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def experiment(name: str, status: dict[str, Any], namespace: str = "llm") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-12-01T11:15:00Z"},
+        "status": status,
+    }
+
+
+def stage(name: str, estimate: float | None, verdict: str, **extra: Any) -> dict[str, Any]:
+    speedup = {"metric": "tpot", "estimate": estimate, "ciLow": 1.1, "ciHigh": 1.3} if estimate else None
+    return {"name": name, "speedup": speedup, "verdict": verdict, **extra}
+
+
+DONE = experiment(
+    "qwen",
+    {
+        "phase": "Completed",
+        "verdict": "Reject",
+        "reason": "StagesFailed",
+        "message": "speculation helps up to c4",
+        "stages": [
+            stage(
+                "c4", 1.21, "Pass", load="concurrency 4", control={"requests": 80}, treatment={"requests": 80}
+            ),
+            stage("c64", 0.93, "Fail"),
+        ],
+        "resultsRef": {"configMap": "qwen-report"},
+    },
+)
+
+
+def test_the_table_shows_phase_verdict_and_each_stage_s_speed_up() -> None:
+    running = experiment("llama", {"phase": "Running", "reason": "LoadStarted"})
+    lines = plugin.table([DONE, running], now=NOW).splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "PHASE",
+        "VERDICT",
+        "REASON",
+        "STAGES",
+        "(SPEED-UP,",
+        "VERDICT)",
+        "AGE",
+    ]
+    assert lines[1].split() == [
+        "qwen",
+        "Completed",
+        "Reject",
+        "StagesFailed",
+        "c4",
+        "1.21x",
+        "Pass,",
+        "c64",
+        "0.93x",
+        "Fail",
+        "45m",
+    ]
+    assert lines[2].split() == ["llama", "Running", "-", "LoadStarted", "-", "45m"]
+    # Columns line up, as kubectl's own tables do.
+    assert lines[1].index("Completed") == lines[0].index("PHASE") == lines[2].index("Running")
+
+
+def test_all_namespaces_adds_a_namespace_column() -> None:
+    lines = plugin.table([DONE], namespaces=True, now=NOW).splitlines()
+    assert lines[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert lines[1].split()[:2] == ["llm", "qwen"]
+
+
+def test_a_stage_without_an_estimate_shows_n_a() -> None:
+    failed = experiment(
+        "x", {"phase": "Failed", "reason": "Aborted", "stages": [stage("c1", None, "Inconclusive")]}
+    )
+    assert plugin.stage_speedups(plugin._status(failed)) == "c1 n/a Inconclusive"
+
+
+def test_describe_shows_the_stages_and_how_to_get_the_report() -> None:
+    text = plugin.describe(DONE)
+    lines = text.splitlines()
+    assert "Phase:       Completed" in lines and "Verdict:     Reject" in lines
+    assert lines[lines.index("Stages:") + 1].split() == [
+        "STAGE",
+        "LOAD",
+        "SPEED-UP",
+        "95%",
+        "CI",
+        "REQUESTS",
+        "VERDICT",
+    ]
+    assert lines[lines.index("Stages:") + 2].split() == [
+        "c4",
+        "concurrency",
+        "4",
+        "1.21x",
+        "[1.10,",
+        "1.30]",
+        "80/80",
+        "Pass",
+    ]
+    assert "Report:      ConfigMap qwen-report (kubectl specdecode report qwen -n llm)" in lines
+
+
+def test_the_console_script_is_declared_for_kubectl_s_plugin_discovery() -> None:
+    from importlib import metadata
+
+    scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
+    assert scripts["kubectl-specdecode"] == "specdecode.plugin:main"
