@@ -36,14 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("validate", help="check experiment files as the operator would")
-    p.add_argument("files", nargs="+", metavar="FILE", help="experiment YAML files (multi-document allowed)")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="experiment YAML files (multi-document; other kinds are skipped; - reads stdin)",
+    )
     p.set_defaults(func=_validate)
 
 
 def _validate(args: argparse.Namespace) -> int:
     from specdecode.experiment import documents
 
-    return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr)
+    return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr, stdin=sys.stdin)
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
