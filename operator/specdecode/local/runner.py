@@ -299,11 +299,25 @@ class _Run:
         arms: engines.Engines,
         stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
-        """The load, cancelled as soon as an arm's process dies."""
-        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=self.view))
+        """The load, cancelled as soon as an arm's process dies or an arm cannot be reached."""
+        reach = _Reachability(self.view)
+        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=reach))
+        reach.stop = load.cancel  # at once: refused connections fail hundreds of requests a second
         # After the load too: a dead arm fails its last requests at once, so the load may end first.
         settled: float | None = None
         while settled is None or time.monotonic() < settled:
+            if reach.unreachable is not None:
+                load.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await load
+                arm = reach.unreachable
+                flag = f" (--{arm}-url)" if self.options.control_url else ""
+                raise ArmFailure(
+                    "EngineUnreachable",
+                    f"the {arm} arm at {endpoints[arm].url}{flag} cannot be reached: its first "
+                    f"{_Reachability.FIRST} requests failed to connect; the load stopped there. Is the "
+                    "server running, and is the URL right?",
+                )
             crashed = arms.crashed()
             if crashed is not None:
                 load.cancel()
@@ -496,6 +510,33 @@ def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
     ]
     valid = all(bool(b.get("valid", True)) for b in blocks.values() if isinstance(b, dict))
     return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
+
+
+class _Reachability:
+    """Passes the load's progress on, and notes an arm whose first requests all failed to connect
+    (a wrong `--control-url`, a server that is not running): the run stops at the start of the
+    warm-up instead of sending every request of every stage into a refused connection."""
+
+    FIRST = 3
+    """Requests per arm that decide (all failed to connect, none answered)."""
+
+    def __init__(self, progress: runner.Progress) -> None:
+        self.progress = progress
+        self.outcomes: dict[str, list[bool]] = {}
+        """Per arm: whether each of its first requests failed to connect."""
+        self.unreachable: str | None = None
+        self.stop: Callable[[], object] = lambda: None
+        """Stops the load (set once it runs)."""
+
+    def __call__(self, event: runner.ProgressEvent) -> None:
+        if isinstance(event, runner.RequestDone):
+            seen = self.outcomes.setdefault(event.arm, [])
+            if len(seen) < self.FIRST:
+                seen.append(not event.ok and event.error_class == "connect")
+                if len(seen) == self.FIRST and all(seen) and self.unreachable is None:
+                    self.unreachable = event.arm
+                    self.stop()
+        self.progress(event)
 
 
 def _write_windows(
