@@ -75,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl specdecode", description="Speculative-decoding experiments on this cluster."
     )
+    _connection_flags(parser, default=None)
+    # Also after the command (`kubectl specdecode get -n llm`); SUPPRESS keeps a flag given before it.
     connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("-n", "--namespace", help="the experiments' namespace (default: kubectl's)")
-    connection.add_argument("--context", help="the kubeconfig context")
-    connection.add_argument("--kubeconfig", help="the kubeconfig file")
+    _connection_flags(connection, default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     get = sub.add_parser("get", parents=[connection], help="phase, verdict and per-stage speed-ups")
     get.add_argument("name", nargs="?", metavar="NAME", help="one experiment, in detail")
@@ -96,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
     abort = sub.add_parser("abort", parents=[connection], help="stop it now: Failed, reason Aborted")
     abort.add_argument("name", metavar="NAME")
     return parser
+
+
+def _connection_flags(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    """kubectl's own flags, passed on to it."""
+    parser.add_argument(
+        "-n", "--namespace", default=default, help="the experiments' namespace (default: kubectl's)"
+    )
+    parser.add_argument("--context", default=default, help="the kubeconfig context")
+    parser.add_argument("--kubeconfig", default=default, help="the kubeconfig file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

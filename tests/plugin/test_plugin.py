@@ -115,3 +115,11 @@ def test_the_console_script_is_declared_for_kubectl_s_plugin_discovery() -> None
 
     scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
     assert scripts["kubectl-specdecode"] == "specdecode.plugin:main"
+
+
+def test_kubectl_s_flags_are_taken_before_or_after_the_command() -> None:
+    parser = plugin.build_parser()
+    before = parser.parse_args(["-n", "llm", "--context", "prod", "get", "qwen"])
+    after = parser.parse_args(["get", "qwen", "-n", "llm", "--context", "prod"])
+    for args in (before, after):
+        assert (args.namespace, args.context, args.kubeconfig, args.name) == ("llm", "prod", None, "qwen")
