@@ -65,8 +65,9 @@ class Kubectl:
             raise KubectlError(done.stderr.strip() or f"kubectl {' '.join(args)} exited {done.returncode}")
         return done.stdout
 
-    def json(self, *args: str) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads(self.run(*args, "-o", "json"))
+    def get(self, *args: str) -> dict[str, Any]:
+        """`kubectl get ARGS -o json`, parsed."""
+        loaded: dict[str, Any] = json.loads(self.run("get", *args, "-o", "json"))
         return loaded
 
 
@@ -130,10 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _get(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
     if args.name:
-        print(describe(kubectl.json(RESOURCE, args.name)), file=out)
+        print(describe(kubectl.get(RESOURCE, args.name)), file=out)
         return exit_status.OK
     every = ("--all-namespaces",) if args.all_namespaces else ()
-    items = kubectl.json(RESOURCE, *every)["items"]
+    items = kubectl.get(RESOURCE, *every)["items"]
     if not items:
         where = "any namespace" if args.all_namespaces else f"namespace {kubectl.namespace or '(current)'}"
         print(f"No experiments found in {where}.", file=sys.stderr)
@@ -245,7 +246,7 @@ def _age(created: str | None, now: datetime) -> str:
 
 
 def _report(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
-    st = _status(kubectl.json(RESOURCE, args.name))
+    st = _status(kubectl.get(RESOURCE, args.name))
     name = st.results_ref.config_map if st.results_ref is not None else None
     if not name:
         why = f"phase {st.phase.value}" + (f", reason {st.reason}" if st.reason else "")
@@ -255,7 +256,7 @@ def _report(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
             file=sys.stderr,
         )
         return 1
-    data = (kubectl.json("configmap", name).get("binaryData") or {}).get(REPORT_KEY)
+    data = (kubectl.get("configmap", name).get("binaryData") or {}).get(REPORT_KEY)
     if not data:
         print(f"kubectl specdecode report: ConfigMap {name} holds no {REPORT_KEY}", file=sys.stderr)
         return 1
@@ -277,7 +278,7 @@ def _report(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _abort(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
-    obj = kubectl.json(RESOURCE, args.name)
+    obj = kubectl.get(RESOURCE, args.name)
     st = _status(obj)
     if st.phase.is_terminal and st.observed_generation == obj["metadata"].get("generation"):
         print(f"{args.name} has already ended ({st.phase.value}); nothing to abort", file=out)
@@ -299,7 +300,7 @@ def _watch(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
     seen: tuple[str, str, str] | None = None
     stages_seen: set[str] = set()
     while True:
-        obj = kubectl.json(RESOURCE, args.name)
+        obj = kubectl.get(RESOURCE, args.name)
         st = _status(obj)
         now = datetime.now(UTC).strftime("%H:%M:%S")
         state = (st.phase.value, st.reason or "", st.message or "")
@@ -325,7 +326,7 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
     name, generation = obj["metadata"]["name"], str(obj["metadata"].get("generation") or 1)
     prefix = f"{name}-results-"
     try:
-        items = kubectl.json("configmap", "-l", f"{results.LABEL_RESULTS}={name}")["items"]
+        items = kubectl.get("configmap", "-l", f"{results.LABEL_RESULTS}={name}")["items"]
         parts: dict[int, bytes] = {}
         for cm in items:
             index = str(cm["metadata"]["name"]).removeprefix(prefix)

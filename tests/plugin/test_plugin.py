@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from specdecode import plugin
 
@@ -123,3 +128,29 @@ def test_kubectl_s_flags_are_taken_before_or_after_the_command() -> None:
     after = parser.parse_args(["get", "qwen", "-n", "llm", "--context", "prod"])
     for args in (before, after):
         assert (args.namespace, args.context, args.kubeconfig, args.name) == ("llm", "prod", None, "qwen")
+
+
+def test_abort_annotates_the_generation_it_read_through_kubectl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stand-in kubectl records its argv (the real one: tests/e2e/test_kubectl_plugin.py)."""
+    calls = tmp_path / "calls.jsonl"
+    running = experiment("exp", {"phase": "Running", "observedGeneration": 3})
+    running["metadata"]["generation"] = 3
+    fake = tmp_path / "kubectl"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"print({json.dumps(running)!r} if 'get' in sys.argv else 'annotated')\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("KUBECTL", str(fake))
+    assert plugin.main(["abort", "exp", "-n", "llm", "--context", "prod"]) == 0
+    argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+    flags = ["--context=prod", "-n", "llm"]
+    assert argvs == [
+        [*flags, "get", plugin.RESOURCE, "exp", "-o", "json"],
+        [*flags, "annotate", plugin.RESOURCE, "exp", "specdecode.io/abort=3", "--overwrite"],
+    ]
+    assert "abort requested (generation 3)" in capsys.readouterr().out
