@@ -212,7 +212,7 @@ def describe(obj: dict[str, Any]) -> str:
 
 
 def _stage_table(stages: Sequence[status.StageResult]) -> list[str]:
-    head = ["STAGE", "LOAD", "SPEED-UP", "95% CI", "REQUESTS", "VERDICT"]
+    head = ["STAGE", "LOAD", "SPEED-UP", "95% CI", "REQUESTS C/T", "VERDICT"]
     rows = []
     for stage in stages:
         s = stage.speedup
@@ -305,7 +305,10 @@ def _watch(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
         now = datetime.now(UTC).strftime("%H:%M:%S")
         state = (st.phase.value, st.reason or "", st.message or "")
         if state != seen:
-            print(f"{now}  {st.phase.value:<10} {st.reason or '-'}: {st.message or ''}", file=out, flush=True)
+            said = (
+                f"{st.reason}: {st.message}" if st.reason and st.message else st.reason or st.message or "-"
+            )
+            print(f"{now}  {st.phase.value:<10} {said}", file=out, flush=True)
             seen = state
         if st.phase is status.Phase.RUNNING:
             for line in _finished_stages(kubectl, obj, stages_seen):
@@ -339,9 +342,10 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
         recs, _, windows, _ = collect.parse_results(results.unpack(parts[i] for i in sorted(parts)))
     except (KubectlError, results.ResultsError, ValueError, binascii.Error):
         return []
+    stages = [str(s.get("name")) for s in ((obj.get("spec") or {}).get("workload") or {}).get("stages") or []]
     lines = []
     for window in windows:
-        if window.stage in seen:
+        if window.stage in seen or window.stage not in stages:  # the warm-up rounds are no stage
             continue
         seen.add(window.stage)
         measured = [r for r in recs if r.stage == window.stage and not r.warmup]

@@ -100,6 +100,7 @@ def test_describe_shows_the_stages_and_how_to_get_the_report() -> None:
         "95%",
         "CI",
         "REQUESTS",
+        "C/T",
         "VERDICT",
     ]
     assert lines[lines.index("Stages:") + 2].split() == [
