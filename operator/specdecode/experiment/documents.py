@@ -126,6 +126,9 @@ def load_experiment(path: Path) -> Experiment:
     return report.experiments[0]
 
 
+#: what `validate` adds for an A/A run: the speculative config was checked all the same
+NOISE_FLOOR_NOTE = " (analysis.mode NoiseFloor: an A/A run; spec.speculative is validated, not used)"
+
 STDIN = "-"
 """The file name that means standard input (`specdecode validate -`, `kustomize build | ...`)."""
 
@@ -146,7 +149,8 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
             print(problem, file=err)
         failed = failed or bool(report.problems)
         for experiment in report.experiments:
-            print(f"{name}: {experiment.name}: valid", file=out)
+            note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
+            print(f"{name}: {experiment.name}: valid{note}", file=out)
         for skipped in report.skipped:
             print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
     return 2 if failed else 0
