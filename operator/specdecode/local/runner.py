@@ -104,8 +104,9 @@ def run(path: Path, options: Options) -> int:
         console.print("give both --control-url and --treatment-url, or neither", markup=False)
         return exit_status.INVALID
     out = options.out
-    out.mkdir(parents=True, exist_ok=True)
-    (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
+    exit_status.prepare_results_directory(out)  # before any arm starts (ResultsUnwritable: exit 3)
+    with exit_status.writing_results(out):
+        (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
     show = view.make_view(options.mode)
     run_ = _Run(experiment, options, show)
     try:
@@ -298,7 +299,7 @@ class _Run:
             # what was measured is kept, also when the load ended by a crash or Ctrl-C
             self.records.extend(_read_records(out))
             if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
-                with (self.out / "requests.jsonl").open("a") as sink:
+                with exit_status.writing_results(self.out), (self.out / "requests.jsonl").open("a") as sink:
                     sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
         self.validity = result.summary.get("validity")
@@ -313,11 +314,25 @@ class _Run:
         arms: engines.Engines,
         stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
-        """The load, cancelled as soon as an arm's process dies."""
-        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=self.view))
+        """The load, cancelled as soon as an arm's process dies or an arm cannot be reached."""
+        reach = _Reachability(self.view)
+        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=reach))
+        reach.stop = load.cancel  # at once: refused connections fail hundreds of requests a second
         # After the load too: a dead arm fails its last requests at once, so the load may end first.
         settled: float | None = None
         while settled is None or time.monotonic() < settled:
+            if reach.unreachable is not None:
+                load.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await load
+                arm = reach.unreachable
+                flag = f" (--{arm}-url)" if self.options.control_url else ""
+                raise ArmFailure(
+                    "EngineUnreachable",
+                    f"the {arm} arm at {endpoints[arm].url}{flag} cannot be reached: its first "
+                    f"{_Reachability.FIRST} requests failed to connect; the load stopped there. Is the "
+                    "server running, and is the URL right?",
+                )
             crashed = arms.crashed()
             if crashed is not None:
                 load.cancel()
@@ -534,15 +549,16 @@ class _Run:
         return final
 
     def _write(self, final: ExperimentStatus) -> None:
-        results.write_results(
-            self.out,
-            final,
-            self.records,
-            self.windows,
-            self.spec,
-            name=self.experiment.name,
-            write_inputs=False,
-        )
+        with exit_status.writing_results(self.out):
+            results.write_results(
+                self.out,
+                final,
+                self.records,
+                self.windows,
+                self.spec,
+                name=self.experiment.name,
+                write_inputs=False,
+            )
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -619,6 +635,33 @@ def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
     return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
 
 
+class _Reachability:
+    """Passes the load's progress on, and notes an arm whose first requests all failed to connect
+    (a wrong `--control-url`, a server that is not running): the run stops at the start of the
+    warm-up instead of sending every request of every stage into a refused connection."""
+
+    FIRST = 3
+    """Requests per arm that decide (all failed to connect, none answered)."""
+
+    def __init__(self, progress: runner.Progress) -> None:
+        self.progress = progress
+        self.outcomes: dict[str, list[bool]] = {}
+        """Per arm: whether each of its first requests failed to connect."""
+        self.unreachable: str | None = None
+        self.stop: Callable[[], object] = lambda: None
+        """Stops the load (set once it runs)."""
+
+    def __call__(self, event: runner.ProgressEvent) -> None:
+        if isinstance(event, runner.RequestDone):
+            seen = self.outcomes.setdefault(event.arm, [])
+            if len(seen) < self.FIRST:
+                seen.append(not event.ok and event.error_class == "connect")
+                if len(seen) == self.FIRST and all(seen) and self.unreachable is None:
+                    self.unreachable = event.arm
+                    self.stop()
+        self.progress(event)
+
+
 def _write_windows(
     out: Path,
     anchor: records.RunAnchor,
@@ -638,7 +681,8 @@ def _write_windows(
             for arm, load in loads.items()
         },
     }
-    (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    with exit_status.writing_results(out):
+        (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _read_records(directory: Path) -> list[records.RequestRecord]:
