@@ -164,6 +164,34 @@ def test_simulator_arms_run_specdecode_sim_from_the_operator_image() -> None:
     assert container["securityContext"]["runAsNonRoot"] is True
 
 
+def test_arms_request_cpu_and_memory_by_default_so_they_are_never_best_effort() -> None:
+    vllm = pod_spec(manifests.build_deployment("exp", experiment(), spec.Arm.CONTROL, SETTINGS))
+    assert vllm["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": 1},
+        "requests": {"cpu": "2", "memory": "16Gi"},
+    }
+    sim = experiment(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    simulated = pod_spec(manifests.build_deployment("exp", sim, spec.Arm.CONTROL, SETTINGS))
+    assert simulated["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+
+def test_requests_or_limits_the_experiment_gives_replace_the_default_requests() -> None:
+    resources = {"limits": {"nvidia.com/gpu": 2, "memory": "64Gi"}, "requests": {"cpu": "8"}}
+    s = experiment(engine={"resources": resources})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))
+    # memory: limited, so the API server requests the limit; cpu: requested as given.
+    assert pod["containers"][0]["resources"] == resources
+
+
+def test_dev_shm_is_memory_backed_and_bounded_by_shm_size() -> None:
+    default = pod_spec(manifests.build_deployment("exp", experiment(), spec.Arm.CONTROL, SETTINGS))
+    assert default["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}]
+    s = experiment(engine={"shmSize": "32Gi"})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))
+    assert pod["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
 CACHE_ENGINE = {
     "modelCache": {"claimName": "hf-models"},
     "hfTokenSecret": {"name": "hf", "key": "token"},

@@ -195,7 +195,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "args": argv[2:],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": env,
-        "resources": engine.resources.model_dump(by_alias=True, exclude_none=True),
+        "resources": arm_resources(engine),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": startup_failures},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
@@ -205,8 +205,9 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
     mounts: list[dict[str, Any]] = []
     if not simulated:
         # vLLM's workers share tensors through /dev/shm; the default 64 MiB breaks tensor parallelism.
+        # Bounded: a memory-backed emptyDir without a limit may take the node's memory.
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": engine.shm_size}})
     if engine.model_cache is not None:
         # Simulator arms mount it too (they load no weights): the same pod shape, and a missing
         # claim shows in a dry run before any GPU is spent.
@@ -261,6 +262,24 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
             },
         },
     }
+
+
+# What an arm requests of what the experiment neither requests nor limits (spec.Resources): without
+# CPU and memory requests its QoS class would be BestEffort, the first the kubelet evicts.
+DEFAULT_VLLM_REQUESTS: dict[str, str] = {"cpu": "2", "memory": "16Gi"}
+DEFAULT_SIMULATOR_REQUESTS: dict[str, str] = {"cpu": "100m", "memory": "256Mi"}
+
+
+def arm_resources(engine: spec.EngineSpec) -> dict[str, Any]:
+    """The arms' container resources: the spec's, plus default requests (a limit alone already
+    makes the API server request as much)."""
+    resources: dict[str, Any] = engine.resources.model_dump(by_alias=True, exclude_none=True)
+    defaults = DEFAULT_SIMULATOR_REQUESTS if engine.simulator is not None else DEFAULT_VLLM_REQUESTS
+    given = resources.get("requests", {}).keys() | resources.get("limits", {}).keys()
+    added = {key: value for key, value in defaults.items() if key not in given}
+    if added:
+        resources["requests"] = {**resources.get("requests", {}), **added}
+    return resources
 
 
 def model_source_env(engine: spec.EngineSpec) -> list[dict[str, Any]]:
