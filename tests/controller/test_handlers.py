@@ -338,3 +338,18 @@ def test_a_report_config_map_the_experiment_does_not_own_is_never_replaced() -> 
     asyncio.run(
         collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
     )  # its own: replaced
+
+
+def test_the_arms_disruption_budget_is_created_with_them_and_deleted_when_the_experiment_ends(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["cleanup"] = "Never"  # the arms are kept, but no longer protected from drains
+    operator = Operator(client, doc)
+    assert run(operator, 2)["phase"] == "Deploying"
+    assert client.names(kube.DISRUPTION_BUDGET) == ["exp-arms"]
+    status = run(operator, now=T0 + timedelta(hours=2))  # never Ready: the deploy deadline passes
+    assert (status["phase"], status["reason"]) == ("Failed", "DeployDeadlineExceeded"), status
+    assert client.names(kube.DISRUPTION_BUDGET) == []
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]

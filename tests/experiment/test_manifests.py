@@ -318,6 +318,20 @@ def test_the_spec_config_map_names_its_generation_in_the_file_the_load_reads() -
     assert loaded["spec"] == document["spec"]
 
 
+def test_a_disruption_budget_admits_no_voluntary_eviction_of_either_arm() -> None:
+    children = manifests.build_all("exp", experiment_document(), experiment(), SETTINGS)
+    (budget,) = [c for c in children if c["kind"] == "PodDisruptionBudget"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["name"] == "exp-arms"
+    assert budget["spec"]["maxUnavailable"] == 0
+    selected = budget["spec"]["selector"]["matchLabels"]
+    for arm in spec.Arm:
+        pod_labels = manifests.build_deployment("exp", experiment(), arm, SETTINGS)["spec"]["template"]
+        assert selected.items() <= pod_labels["metadata"]["labels"].items()
+    load_labels = manifests.build_load_job("exp", experiment(), SETTINGS)["spec"]["template"]["metadata"]
+    assert not selected.items() <= load_labels["labels"].items()  # the load Job is not covered
+
+
 def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
     s = experiment(
         workload={

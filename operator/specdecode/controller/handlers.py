@@ -343,6 +343,12 @@ async def _apply(
         for kind, stale_name in stale:
             await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
         return
+    if action is reconcile.Action.RELEASE_ARMS:
+        budget = manifests.Names(name).disruption_budget
+        await _child(
+            client.delete(kube.DISRUPTION_BUDGET, namespace, budget), f"PodDisruptionBudget {budget}"
+        )
+        return
     if action is reconcile.Action.CLEANUP_ARMS:
         for arm in spec.Arm:
             deployment = manifests.Names(name).arm(arm)

@@ -34,6 +34,7 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): (
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
     ),
+    ("policy/v1", "PodDisruptionBudget"): "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
     ("coordination.k8s.io/v1", "Lease"): "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
 }
 
@@ -47,6 +48,7 @@ CONFIG_MAP: KindRef = ("v1", "ConfigMap")
 SERVICE: KindRef = ("v1", "Service")
 NODE: KindRef = ("v1", "Node")
 LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
+DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
 
 
 class Kube:

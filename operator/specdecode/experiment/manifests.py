@@ -68,6 +68,11 @@ class Names:
         """The policy that admits only the load Job, Prometheus and the operator to the arms."""
         return f"{self.experiment}-arms"
 
+    @property
+    def disruption_budget(self) -> str:
+        """The PodDisruptionBudget that keeps voluntary evictions (drains) off the arms while they run."""
+        return f"{self.experiment}-arms"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -371,6 +376,22 @@ def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
     }
 
 
+def build_disruption_budget(name: str) -> dict[str, Any]:
+    """No voluntary disruption of either arm (`kubectl drain`, the cluster autoscaler): the Eviction
+    API refuses while the experiment holds its arms, since a replaced arm voids the run (ArmDisrupted).
+    Deleted when the experiment ends, whatever the cleanup policy. Preemption and the kubelet's
+    evictions under node pressure are not voluntary and still happen."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": Names(name).disruption_budget, "labels": labels(name, component="engine")},
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+        },
+    }
+
+
 # ---------------------------------------------------------------------------------- the load
 
 
@@ -560,6 +581,7 @@ def build_all(
         build_service(name, spec.Arm.CONTROL),
         build_service(name, spec.Arm.TREATMENT),
         build_network_policy(name, settings),
+        build_disruption_budget(name),
         build_spec_config_map(name, document, generation),
         *build_load_rbac(name),
     ]
