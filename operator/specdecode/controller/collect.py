@@ -268,6 +268,7 @@ async def collect(
         message=message,
         stages=analysis.stages,
         recommendation=analysis.recommendation,
+        noise_floor=analysis.noise_floor,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,
