@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from fake_gpu_nodes import AGENT_GPU_NODE_NAMES, AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
 from k8s_cluster import Cluster, free_port, wait_for
-from node_agent import NodeAgent, host_path_claim
+from node_agent import NodeAgent, TcpRelay, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
@@ -650,3 +650,58 @@ def test_an_operator_killed_while_analyzing_is_restarted_and_finishes_with_the_v
     status, _ = run_to_the_end(operator, prometheus, node_agent, "exp")
     assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
     assert len(operator.get("jobs", "", "-l", "specdecode.io/experiment=exp")["items"]) == 1
+
+
+def test_the_chart_installed_in_a_restricted_namespace_runs_a_simulated_experiment_to_its_verdict(
+    cluster: Cluster, crd: Path, node_agent: NodeAgent, prometheus: Prometheus, namespace: str, tmp_path: Path
+) -> None:
+    """`helm install` into a namespace enforcing Pod Security `restricted`: the operator's own pod
+    (run by the node agent on agent-cpu-0, in-cluster credentials, leader election on) is admitted,
+    and so are the simulator arms and the load Job; the experiment ends Completed with its verdict.
+    Prometheus listens on the host's loopback, so the pod reaches it through a relay on the bridge."""
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    prometheus_port = int(prometheus.url.rsplit(":", 1)[1])
+    relay = TcpRelay((node_agent.gateway, prometheus_port), ("127.0.0.1", prometheus_port))
+    relay.start()
+    release = "psa"
+    helm = [str(cluster.bin_dir / "helm"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
+    extra_env = [
+        {"name": "SPECDECODE_INTERVAL", "value": "1"},
+        {"name": "SPECDECODE_ANALYSIS_GRACE", "value": "30"},
+    ]
+    install = [
+        *helm,
+        "install",
+        release,
+        str(Path(__file__).resolve().parents[2] / "charts" / "specdecode-operator"),
+        "--skip-crds",
+        f"--set=watchNamespaces={{{namespace}}}",
+        f"--set=operator.prometheusUrl=http://{node_agent.gateway}:{prometheus_port}",
+        "--set=nodeSelector.kubernetes\\.io/hostname=agent-cpu-0",
+        "--set=operator.logFormat=plain",
+        "--set=metrics.podAnnotations=false",
+        f"--set-json=operator.extraEnv={json.dumps(extra_env)}",
+    ]
+    view = OperatorProcess(cluster, namespace, tmp_path)  # kubectl helpers only: no process of its own
+    try:
+        subprocess.run(install, check=True, capture_output=True, text=True, timeout=120)
+        selector = "app.kubernetes.io/name=specdecode-operator"
+
+        def operator_pods() -> list[dict[str, Any]]:
+            return list(view.get("pods", "", "-l", selector)["items"])
+
+        def detail() -> str:
+            return "\n".join(node_agent.pod_log(p) for p in operator_pods())
+
+        view.apply(experiment("exp", "h200-8b-draft-tiny"))
+        try:
+            status, _ = run_to_the_end(view, prometheus, node_agent, "exp")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\noperator pod:\n{detail()}") from None
+        assert status["phase"] == "Completed" and status["verdict"] == "Promote", f"{status}\n{detail()}"
+        (pod,) = operator_pods()
+        lease = view.get("lease", f"{release}-specdecode-operator-leader")
+        assert lease["spec"]["holderIdentity"] == pod["metadata"]["name"]
+    finally:
+        subprocess.run([*helm, "uninstall", release, "--wait", "--timeout=60s"], check=False, timeout=90)
+        relay.stop()
