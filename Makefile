@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit crd venv clean
+.PHONY: demo test lint typecheck unit crd venv clean lock
 
 venv: $(STAMP)
 
@@ -41,6 +41,13 @@ typecheck: $(STAMP)
 crd: $(STAMP)
 	$(BIN)/python -m specdecode.experiment.crd > crds/specdecodeexperiments.specdecode.io.yaml
 	cp crds/specdecodeexperiments.specdecode.io.yaml charts/specdecode-operator/crds/
+
+# The image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes). Rerun after
+# changing [project].dependencies; uv resolves for every platform and every Python the project supports (--universal, from 3.11).
+lock: $(STAMP)
+	$(BIN)/python -m pip install -q uv
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --universal --python-version 3.11 \
+	  --no-header -o requirements.lock
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

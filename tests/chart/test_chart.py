@@ -32,6 +32,7 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"create", "get", "list", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "get", "list", "delete"},
+    ("policy", "poddisruptionbudgets"): {"create", "get", "delete"},
     ("", "configmaps"): {"create", "get", "list", "update", "delete"},
     ("", "pods"): {"get", "list"},
 }
@@ -51,7 +52,10 @@ PLURALS = {
     "Role": ("rbac.authorization.k8s.io", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
     "Job": ("batch", "jobs"),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
 }
+# Children found by name only, never listed by label (no stale copies of another generation to find).
+NEVER_LISTED = {"PodDisruptionBudget"}
 
 
 def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -67,6 +71,17 @@ def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def env(docs: list[dict[str, Any]]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container(docs)["env"] if "value" in e}
+
+
+def leader_election_rbac(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Role and RoleBinding of the leader-election Lease (removed from `docs`)."""
+    found = [d for d in docs if d["metadata"]["name"].endswith("-leader-election")]
+    for d in found:
+        docs.remove(d)
+    role = next(d for d in found if d["kind"] == "Role")
+    binding = next(d for d in found if d["kind"] == "RoleBinding")
+    assert len(found) == 2, found
+    return role, binding
 
 
 def rule_table(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -143,6 +158,40 @@ def test_deployment_runs_one_replica_recreated(render: Render) -> None:
     deployment = only(render(), "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_replicas_elect_a_leader_through_a_lease_in_the_release_namespace(render: Render) -> None:
+    docs = render("--set", "replicaCount=2")
+    assert only(docs, "Deployment")["spec"]["replicas"] == 2
+    from specdecode.controller.settings import OperatorSettings
+
+    variables = env(docs)
+    identity = next(e for e in container(docs)["env"] if e["name"] == "SPECDECODE_LEADER_ELECTION_IDENTITY")
+    assert identity["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    election = OperatorSettings.from_env(
+        {**variables, "SPECDECODE_LEADER_ELECTION_IDENTITY": "pod-0"}
+    ).election
+    assert election is not None
+    assert (election.name, election.namespace, election.identity) == (
+        "sdx-specdecode-operator-leader",
+        "ops",
+        "pod-0",
+    )
+    role, binding = leader_election_rbac(docs)
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["sdx-specdecode-operator-leader"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sdx-specdecode-operator", "namespace": "ops"}
+    ]
 
 
 def test_operator_runs_standalone_on_all_namespaces_by_default(render: Render) -> None:
@@ -280,6 +329,7 @@ def test_notes_explain_how_to_wait_for_a_verdict(helm: Path, tmp_path: Path) -> 
 
 def test_all_namespaces_get_one_cluster_role_with_exactly_the_intended_verbs(render: Render) -> None:
     docs = render()
+    leader_election_rbac(docs)  # (checked on its own above)
     assert not [d for d in docs if d["kind"] in {"Role", "RoleBinding"}]
     table = rule_table(only(docs, "ClusterRole")["rules"])
     assert table == {**CLUSTER_RULES, **NAMESPACED_RULES}
@@ -292,6 +342,7 @@ def test_all_namespaces_get_one_cluster_role_with_exactly_the_intended_verbs(ren
 
 def test_listed_namespaces_get_a_role_each_and_kopf_scans_namespaces(render: Render) -> None:
     docs = render("--set", "watchNamespaces={llm,batch}")
+    leader_election_rbac(docs)
     c = container(docs)
     assert c["args"][2:4] == ["--namespace=llm", "--namespace=batch"]
     assert rule_table(only(docs, "ClusterRole")["rules"]) == {**CLUSTER_RULES, **NAMESPACES_RULE}
@@ -331,7 +382,8 @@ def test_operator_may_create_and_clean_up_every_child_it_builds(render: Render) 
     assert {c["kind"] for c in children} == set(PLURALS)
     for child in children:
         verbs = table[PLURALS[child["kind"]]]
-        assert {"create", "get", "list", "delete"} <= verbs, child["kind"]
+        needed = {"create", "get", "delete"} | (set() if child["kind"] in NEVER_LISTED else {"list"})
+        assert needed <= verbs, child["kind"]
 
 
 def test_operator_holds_every_permission_it_grants_to_the_load_job(render: Render) -> None:

@@ -49,11 +49,53 @@ def test_multi_stage_wheel_build_on_python_slim() -> None:
     builder, runtime = stages()
     assert builder[0] == ("FROM", "${PYTHON_IMAGE} AS builder")
     assert runtime[0] == ("FROM", "${PYTHON_IMAGE} AS runtime")
-    assert ("ARG", "PYTHON_IMAGE=python:3.12-slim") in instructions()
-    assert any(i == "RUN" and "pip wheel --wheel-dir /wheels ." in a for i, a in builder)
+    assert any(i == "RUN" and "pip wheel --no-deps --wheel-dir /wheels ." in a for i, a in builder)
     run = [a for i, a in runtime if i == "RUN"]
     assert len(run) == 1 and "from=builder" in run[0] and "--no-index" in run[0]
     assert not [a for i, a in runtime if i == "COPY"], "the runtime stage copies nothing in"
+
+
+def test_the_base_image_is_pinned_by_digest() -> None:
+    (image,) = [a.split("=", 1)[1] for i, a in instructions() if i == "ARG" and a.startswith("PYTHON_IMAGE=")]
+    assert re.fullmatch(r"python:3\.12-slim@sha256:[0-9a-f]{64}", image), image
+
+
+def test_every_dependency_is_installed_from_the_lock_with_hashes() -> None:
+    builder, runtime = stages()
+    (build,) = [a for i, a in builder if i == "RUN"]
+    (install,) = [a for i, a in runtime if i == "RUN"]
+    assert "pip wheel --require-hashes --wheel-dir /wheels -r requirements.lock" in build
+    assert (
+        "pip install --no-index --find-links=/wheels --require-hashes -r /wheels/requirements.lock" in install
+    )
+    # The project itself is the one wheel installed without its dependencies (all came from the lock).
+    assert "pip install --no-index --no-deps /wheels/specdecode_operator-*.whl" in install
+    assert "pip check" in install
+
+
+def test_the_lock_pins_every_dependency_of_the_project_with_hashes() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    text = (ROOT / "requirements.lock").read_text()
+    entries = re.split(r"\n(?=[a-z0-9])", text)
+    pinned: dict[str, list[str]] = {}
+    for entry in entries:
+        head = entry.split(" ", 1)[0]
+        if "==" in head:
+            name, version = head.split("==")
+            assert "--hash=sha256:" in entry, f"{head} has no hash"
+            pinned.setdefault(name.lower().replace("_", "-"), []).append(version)
+    for line in declared:
+        requirement = Requirement(line)
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pinned, f"{name} is not in requirements.lock: run `make lock`"
+        for version in pinned[name]:
+            assert requirement.specifier.contains(version, prereleases=True), (
+                f"requirements.lock pins {name}=={version}, outside {requirement.specifier}: run `make lock`"
+            )
 
 
 def test_runs_as_non_root_uid_10001() -> None:
@@ -94,9 +136,10 @@ def build_context() -> list[str]:
 
 def test_build_context_holds_only_what_the_wheel_is_built_from() -> None:
     context = build_context()
-    assert "pyproject.toml" in context and "README.md" in context
+    top = {"pyproject.toml", "README.md", "requirements.lock"}
+    assert top <= set(context)
     assert "operator/specdecode/cli.py" in context
-    assert not [p for p in context if not (p in {"pyproject.toml", "README.md"} or p.startswith("operator/"))]
+    assert not [p for p in context if not (p in top or p.startswith("operator/"))]
 
 
 def test_builder_and_runtime_pip_steps_install_a_working_specdecode(tmp_path: Path) -> None:
@@ -107,17 +150,24 @@ def test_builder_and_runtime_pip_steps_install_a_working_specdecode(tmp_path: Pa
         shutil.copy2(ROOT / path, src / path)
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
-    subprocess.run([*pip, "wheel", "-q", "--wheel-dir", str(wheels), "."], cwd=src, check=True)
+    lock = ["-r", "requirements.lock"]
+    subprocess.run(
+        [*pip, "wheel", "-q", "--require-hashes", "--wheel-dir", str(wheels), *lock], cwd=src, check=True
+    )
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), "."], cwd=src, check=True)
     ours = sorted(wheels.glob("specdecode_operator-*.whl"))
     assert len(ours) == 1, "the runtime stage installs /wheels/specdecode_operator-*.whl"
     # The runtime stage: an offline install of those wheels into a fresh environment.
     env = tmp_path / "runtime"
     venv.create(env, with_pip=True)
     python = env / "bin" / "python"
+    offline = [str(python), "-m", "pip", "install", "-q", "--no-index"]
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-index", f"--find-links={wheels}", str(ours[0])],
+        [*offline, f"--find-links={wheels}", "--require-hashes", "-r", str(src / "requirements.lock")],
         check=True,
     )
+    subprocess.run([*offline, "--no-deps", str(ours[0])], check=True)
+    subprocess.run([str(python), "-m", "pip", "check"], check=True)
     res = subprocess.run([str(env / "bin" / "specdecode"), "--version"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("specdecode ")

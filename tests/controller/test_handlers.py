@@ -369,3 +369,18 @@ def test_an_abort_annotation_naming_another_generation_is_ignored(
     operator.body["metadata"]["annotations"] = {"specdecode.io/abort": "7"}
     assert run(operator, 2)["phase"] == "Deploying"
     assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+
+
+def test_the_arms_disruption_budget_is_created_with_them_and_deleted_when_the_experiment_ends(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["cleanup"] = "Never"  # the arms are kept, but no longer protected from drains
+    operator = Operator(client, doc)
+    assert run(operator, 2)["phase"] == "Deploying"
+    assert client.names(kube.DISRUPTION_BUDGET) == ["exp-arms"]
+    status = run(operator, now=T0 + timedelta(hours=2))  # never Ready: the deploy deadline passes
+    assert (status["phase"], status["reason"]) == ("Failed", "DeployDeadlineExceeded"), status
+    assert client.names(kube.DISRUPTION_BUDGET) == []
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]

@@ -640,7 +640,11 @@ class PodRuntime:
             c.terminated = None
             return
         script = ["set -e", 'hostname "$1"', 'mount --bind "$2" /etc/hosts']
-        for m in spec.get("volumeMounts", []):
+        # The sources of the mounts live under the agent's workdir (pytest's, under /tmp): a mount
+        # over an ancestor of it (the chart's /tmp emptyDir) goes last, or it would hide the sources
+        # of those after it. A kubelet's volume directories are outside any container's paths.
+        hides_sources = lambda m: self.agent.workdir.is_relative_to(m["mountPath"])  # noqa: E731
+        for m in sorted(spec.get("volumeMounts", []), key=hides_sources):
             src = self.volumes.get(m["name"])
             if src is None:
                 raise RuntimeError(f"volumeMount {m['name']}: no such volume")

@@ -18,11 +18,17 @@ class OperatorProcess:
     """Starts, restarts and stops `specdecode operator -n NAMESPACE --standalone`."""
 
     def __init__(
-        self, cluster: Cluster, namespace: str, log_dir: Path, env: Mapping[str, str] | None = None
+        self,
+        cluster: Cluster,
+        namespace: str,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        replica: str = "",
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
-        self.log = log_dir / f"operator-{namespace}.log"
+        self.log = log_dir / f"operator-{namespace}{'-' + replica if replica else ''}.log"
         self.env = {
             **os.environ,
             "KUBECONFIG": str(cluster.kubeconfig),
@@ -60,6 +66,13 @@ class OperatorProcess:
     def stop(self) -> None:
         if self.process is not None:
             stop_process(self.process)
+            self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handler runs (a Lease it holds is not released)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
             self.process = None
 
     def log_tail(self) -> str:

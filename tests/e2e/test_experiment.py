@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,8 @@ from typing import Any
 
 import pytest
 from fake_gpu_nodes import AGENT_GPU_NODE_NAMES, AGENT_LABEL, AGENT_TOLERATION, GPU_PRODUCT, GPU_TOLERATION
-from k8s_cluster import Cluster, wait_for
-from node_agent import NodeAgent, host_path_claim
+from k8s_cluster import Cluster, free_port, wait_for
+from node_agent import NodeAgent, TcpRelay, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 
@@ -394,16 +395,11 @@ def test_a_workload_edited_while_deploying_is_the_workload_measured(
     assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [uid]
 
 
-@pytest.mark.parametrize("how", ["deleted", "evicted"])
-def test_an_arm_pod_lost_during_the_load_fails_without_a_verdict(
-    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent, how: str
-) -> None:
-    """A pod deleted, or evicted (what `kubectl drain` and preemption do) mid-run: its replacement
-    is a cold arm and the requests in flight fail on one side only. That measured a half-dead arm,
-    so no verdict."""
-    name = "disrupted"
+def start_disruptable_run(operator: OperatorProcess, name: str) -> str:
+    """An experiment in Running with its load pod running (all 80 requests: the load goes on a
+    while); returns the selector of its treatment arm's pod."""
     doc = experiment(name, "h200-8b-draft-tiny")
-    doc["spec"]["analysis"]["sequential"] = False  # all 80 requests: the load is still running below
+    doc["spec"]["analysis"]["sequential"] = False
     operator.apply(doc)
     operator.wait_phase(name, "Running", timeout=120)
     operator.wait(
@@ -417,21 +413,56 @@ def test_an_arm_pod_lost_during_the_load_fails_without_a_verdict(
         ),
         timeout=60,
     )
-    arm = f"specdecode.io/experiment={name},specdecode.io/arm=treatment"
-    if how == "deleted":
-        operator.cluster.kubectl("delete", "pod", "-n", operator.namespace, "--wait=false", "-l", arm)
-    else:
-        (pod,) = operator.get("pods", "", "-l", arm)["items"]
-        pod_name = pod["metadata"]["name"]
-        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
-        path = f"/api/v1/namespaces/{operator.namespace}/pods/{pod_name}/eviction"
-        operator.cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+    return f"specdecode.io/experiment={name},specdecode.io/arm=treatment"
+
+
+def test_an_arm_pod_lost_during_the_load_fails_without_a_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """A pod deleted (or preempted, or evicted by the kubelet) mid-run: its replacement is a cold arm
+    and the requests in flight fail on one side only. That measured a half-dead arm, so no verdict."""
+    name = "disrupted"
+    arm = start_disruptable_run(operator, name)
+    operator.cluster.kubectl("delete", "pod", "-n", operator.namespace, "--wait=false", "-l", arm)
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\noperator:\n{operator.log_tail()}"
     assert (status["phase"], status["reason"]) == ("Failed", "ArmDisrupted"), detail
     assert "treatment arm pod" in status["message"], detail
     assert status.get("verdict") is None, detail
     operator.wait("the arms deleted (cleanup: Always)", lambda: operator.get("deployments")["items"] == [])
+
+
+def test_an_eviction_of_an_arm_is_refused_while_the_experiment_runs_and_allowed_after_it(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """The Eviction API (what `kubectl drain` and the cluster autoscaler call) meets the arms'
+    PodDisruptionBudget `<exp>-arms`: the run goes on undisturbed to its verdict, and the budget
+    goes with the experiment's end (cleanup: Never keeps the arms, now evictable)."""
+    name = "drained"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["cleanup"] = "Never"
+    operator.apply(doc)
+    operator.wait_phase(name, "Running", timeout=120)
+    (pod,) = operator.get("pods", "", "-l", f"specdecode.io/experiment={name},specdecode.io/arm=treatment")[
+        "items"
+    ]
+    pod_name = pod["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
+    path = f"/api/v1/namespaces/{operator.namespace}/pods/{pod_name}/eviction"
+
+    def evict() -> subprocess.CompletedProcess[str]:
+        return operator.cluster.kubectl(
+            "create", "--raw", path, "-f", "-", input=json.dumps(eviction), check=False
+        )
+
+    refused = evict()
+    assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
+    assert operator.get("pdb")["items"] == []
+    allowed = evict()
+    assert allowed.returncode == 0, allowed
 
 
 def test_a_forged_results_config_map_changes_nothing(
@@ -473,7 +504,7 @@ def test_an_experiment_deleted_during_the_load_leaves_nothing_behind(
     def gone() -> bool:
         left = [
             operator.get(kind, "", "-l", selector)["items"]
-            for kind in ("deployments", "jobs", "pods", "configmaps", "services", "networkpolicies")
+            for kind in ("deployments", "jobs", "pods", "configmaps", "services", "networkpolicies", "pdb")
         ]
         return not any(left) and not operator.get("sdx")["items"]
 
@@ -544,3 +575,155 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
         ), detail
     else:
         assert (status["verdict"], crossover["demoted"]) == ("Reject", []), detail
+
+
+def test_of_two_operator_replicas_only_the_lease_holder_acts_and_the_other_finishes_when_it_dies(
+    cluster: Cluster, crd: Path, node_agent: NodeAgent, prometheus: Prometheus, namespace: str, tmp_path: Path
+) -> None:
+    """Leader election (controller/lease.py): short timings so the standby takes over within ~6 s."""
+    env = {
+        "SPECDECODE_PROMETHEUS_URL": prometheus.url,
+        "SPECDECODE_LEADER_ELECTION": "true",
+        "SPECDECODE_LEADER_ELECTION_NAMESPACE": namespace,
+        "SPECDECODE_LEASE_DURATION": "6",
+        "SPECDECODE_RENEW_DEADLINE": "4",
+        "SPECDECODE_RETRY_PERIOD": "1",
+    }
+    replicas = {
+        name: OperatorProcess(
+            cluster, namespace, tmp_path, {**env, "SPECDECODE_LEADER_ELECTION_IDENTITY": name}, replica=name
+        )
+        for name in ("a", "b")
+    }
+    try:
+        for replica in replicas.values():
+            replica.start()
+        first = replicas["a"]
+
+        def holder() -> str:
+            leases = cluster.get_json("leases", "-n", namespace)["items"]
+            held = [(x.get("spec") or {}).get("holderIdentity") for x in leases]
+            return str(held[0] or "") if held else ""
+
+        leader_name = first.wait("a replica holding the Lease", holder)
+        leader = replicas[leader_name]
+        standby = next(r for n, r in replicas.items() if n != leader_name)
+        leader.apply(experiment("exp", "h200-8b-draft-tiny"))
+        leader.wait_phase("exp", "Running", timeout=120)
+        # Each phase change is logged by the replica that made it ("Accepted: generation 1: ...").
+        assert "Accepted: generation 1" in leader.log.read_text()
+        assert "generation 1" not in standby.log.read_text(), standby.log_tail()
+        job_uid = leader.get("job", "exp-load")["metadata"]["uid"]
+        leader.kill()  # no release: the standby must wait out the lease duration
+        status, _ = run_to_the_end(standby, prometheus, node_agent, "exp")
+        assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+        assert holder() == next(n for n in replicas if n != leader_name)
+        assert "Promote (" in standby.log.read_text(), standby.log_tail()
+        jobs = standby.get("jobs", "", "-l", "specdecode.io/experiment=exp")["items"]
+        assert [j["metadata"]["uid"] for j in jobs] == [job_uid]
+    finally:
+        for replica in replicas.values():
+            replica.stop()
+
+
+def test_an_operator_killed_while_pending_is_restarted_and_finishes_the_experiment(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Pending lasts one tick unless something holds it: a foreign `<exp>-spec` keeps it retrying."""
+    foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "exp-spec"}, "data": {"a": "b"}}
+    operator.apply(foreign)
+    operator.apply(experiment("exp", "h200-8b-draft-tiny"))
+
+    def retrying() -> dict[str, Any] | None:
+        status = operator.status("exp")
+        return status if "is not this experiment's" in str(status.get("message")) else None
+
+    assert operator.wait("the experiment retrying in Pending", retrying)["phase"] == "Pending"
+    operator.kill()
+    operator.cluster.kubectl("delete", "configmap", "exp-spec", "-n", operator.namespace)
+    assert operator.status("exp")["phase"] == "Pending"
+    operator.start()
+    status, _ = run_to_the_end(operator, prometheus, node_agent, "exp")
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+    assert len(operator.get("jobs", "", "-l", "specdecode.io/experiment=exp")["items"]) == 1
+
+
+def test_an_operator_killed_while_analyzing_is_restarted_and_finishes_with_the_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Analyzing lasts one tick unless Prometheus is away: the operator that takes over from Running
+    gets a Prometheus URL where nothing listens, so it retries in Analyzing until it is killed."""
+    operator.env["SPECDECODE_ANALYSIS_GRACE"] = "300"
+    operator.apply(experiment("exp", "h200-8b-draft-tiny"))
+    operator.wait_phase("exp", "Running", timeout=120)
+    operator.stop()
+    operator.env["SPECDECODE_PROMETHEUS_URL"] = f"http://127.0.0.1:{free_port()}"
+    operator.start()
+
+    def retrying() -> dict[str, Any] | None:
+        status = operator.status("exp")
+        analyzing = status.get("phase") == "Analyzing" and "retrying" in str(status.get("message"))
+        return status if analyzing else None
+
+    operator.wait("the experiment retrying in Analyzing", retrying, timeout=120)
+    operator.kill()
+    operator.env["SPECDECODE_PROMETHEUS_URL"] = prometheus.url
+    operator.start()
+    status, _ = run_to_the_end(operator, prometheus, node_agent, "exp")
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+    assert len(operator.get("jobs", "", "-l", "specdecode.io/experiment=exp")["items"]) == 1
+
+
+def test_the_chart_installed_in_a_restricted_namespace_runs_a_simulated_experiment_to_its_verdict(
+    cluster: Cluster, crd: Path, node_agent: NodeAgent, prometheus: Prometheus, namespace: str, tmp_path: Path
+) -> None:
+    """`helm install` into a namespace enforcing Pod Security `restricted`: the operator's own pod
+    (run by the node agent on agent-cpu-0, in-cluster credentials, leader election on) is admitted,
+    and so are the simulator arms and the load Job; the experiment ends Completed with its verdict.
+    Prometheus listens on the host's loopback, so the pod reaches it through a relay on the bridge."""
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    prometheus_port = int(prometheus.url.rsplit(":", 1)[1])
+    relay = TcpRelay((node_agent.gateway, prometheus_port), ("127.0.0.1", prometheus_port))
+    relay.start()
+    release = "psa"
+    helm = [str(cluster.bin_dir / "helm"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
+    extra_env = [
+        {"name": "SPECDECODE_INTERVAL", "value": "1"},
+        {"name": "SPECDECODE_ANALYSIS_GRACE", "value": "30"},
+    ]
+    install = [
+        *helm,
+        "install",
+        release,
+        str(Path(__file__).resolve().parents[2] / "charts" / "specdecode-operator"),
+        "--skip-crds",
+        f"--set=watchNamespaces={{{namespace}}}",
+        f"--set=operator.prometheusUrl=http://{node_agent.gateway}:{prometheus_port}",
+        "--set=nodeSelector.kubernetes\\.io/hostname=agent-cpu-0",
+        "--set=operator.logFormat=plain",
+        "--set=metrics.podAnnotations=false",
+        f"--set-json=operator.extraEnv={json.dumps(extra_env)}",
+    ]
+    view = OperatorProcess(cluster, namespace, tmp_path)  # kubectl helpers only: no process of its own
+    try:
+        subprocess.run(install, check=True, capture_output=True, text=True, timeout=120)
+        selector = "app.kubernetes.io/name=specdecode-operator"
+
+        def operator_pods() -> list[dict[str, Any]]:
+            return list(view.get("pods", "", "-l", selector)["items"])
+
+        def detail() -> str:
+            return "\n".join(node_agent.pod_log(p) for p in operator_pods())
+
+        view.apply(experiment("exp", "h200-8b-draft-tiny"))
+        try:
+            status, _ = run_to_the_end(view, prometheus, node_agent, "exp")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\noperator pod:\n{detail()}") from None
+        assert status["phase"] == "Completed" and status["verdict"] == "Promote", f"{status}\n{detail()}"
+        (pod,) = operator_pods()
+        lease = view.get("lease", f"{release}-specdecode-operator-leader")
+        assert lease["spec"]["holderIdentity"] == pod["metadata"]["name"]
+    finally:
+        subprocess.run([*helm, "uninstall", release, "--wait", "--timeout=60s"], check=False, timeout=90)
+        relay.stop()

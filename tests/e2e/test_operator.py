@@ -171,7 +171,7 @@ def test_arms_are_owned_by_the_experiment_and_deleting_it_removes_them(operator:
     for kind in ("services", "networkpolicies", "configmaps", "serviceaccounts"):
         assert names(operator, kind), kind
     operator.cluster.kubectl("delete", "sdx", "exp", "-n", operator.namespace, "--wait=true", timeout=60)
-    for kind in ("deployments", "services", "networkpolicies", "jobs"):
+    for kind in ("deployments", "services", "networkpolicies", "poddisruptionbudgets", "jobs"):
         operator.wait(f"{kind} garbage-collected", lambda kind=kind: names(operator, kind) == {}, timeout=60)
 
 

@@ -180,6 +180,34 @@ def test_simulator_arms_run_specdecode_sim_from_the_operator_image() -> None:
     assert container["securityContext"]["runAsNonRoot"] is True
 
 
+def test_arms_request_cpu_and_memory_by_default_so_they_are_never_best_effort() -> None:
+    vllm = pod_spec(manifests.build_deployment("exp", experiment(), spec.Arm.CONTROL, SETTINGS))
+    assert vllm["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": 1},
+        "requests": {"cpu": "2", "memory": "16Gi"},
+    }
+    sim = experiment(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    simulated = pod_spec(manifests.build_deployment("exp", sim, spec.Arm.CONTROL, SETTINGS))
+    assert simulated["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+
+def test_requests_or_limits_the_experiment_gives_replace_the_default_requests() -> None:
+    resources = {"limits": {"nvidia.com/gpu": 2, "memory": "64Gi"}, "requests": {"cpu": "8"}}
+    s = experiment(engine={"resources": resources})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))
+    # memory: limited, so the API server requests the limit; cpu: requested as given.
+    assert pod["containers"][0]["resources"] == resources
+
+
+def test_dev_shm_is_memory_backed_and_bounded_by_shm_size() -> None:
+    default = pod_spec(manifests.build_deployment("exp", experiment(), spec.Arm.CONTROL, SETTINGS))
+    assert default["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}]
+    s = experiment(engine={"shmSize": "32Gi"})
+    pod = pod_spec(manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS))
+    assert pod["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
 CACHE_ENGINE = {
     "modelCache": {"claimName": "hf-models"},
     "hfTokenSecret": {"name": "hf", "key": "token"},
@@ -304,6 +332,20 @@ def test_the_spec_config_map_names_its_generation_in_the_file_the_load_reads() -
     loaded = yaml.safe_load(config_map["data"][manifests.EXPERIMENT_FILE])
     assert manifests.document_generation(loaded) == 4
     assert loaded["spec"] == document["spec"]
+
+
+def test_a_disruption_budget_admits_no_voluntary_eviction_of_either_arm() -> None:
+    children = manifests.build_all("exp", experiment_document(), experiment(), SETTINGS)
+    (budget,) = [c for c in children if c["kind"] == "PodDisruptionBudget"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["name"] == "exp-arms"
+    assert budget["spec"]["maxUnavailable"] == 0
+    selected = budget["spec"]["selector"]["matchLabels"]
+    for arm in spec.Arm:
+        pod_labels = manifests.build_deployment("exp", experiment(), arm, SETTINGS)["spec"]["template"]
+        assert selected.items() <= pod_labels["metadata"]["labels"].items()
+    load_labels = manifests.build_load_job("exp", experiment(), SETTINGS)["spec"]["template"]["metadata"]
+    assert not selected.items() <= load_labels["labels"].items()  # the load Job is not covered
 
 
 def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:

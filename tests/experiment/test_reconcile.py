@@ -98,7 +98,7 @@ def test_deploy_deadline_fails_naming_the_arm() -> None:
     assert decision.status.phase is Phase.FAILED
     assert decision.status.reason == "DeployDeadlineExceeded"
     assert "treatment not Ready within spec.deadlines.deploy (30m)" in (decision.status.message or "")
-    assert decision.actions == [Action.CLEANUP_ARMS]
+    assert decision.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
 
 
 def test_unschedulable_fails_after_the_grace_period() -> None:
@@ -197,7 +197,7 @@ def test_a_verdict_completes_the_experiment_and_cleans_up() -> None:
     st = decision.status
     assert st.phase is Phase.COMPLETED and st.verdict is Verdict.PROMOTE
     assert st.speedup_summary == "low 1.31x"
-    assert decision.actions == [Action.CLEANUP_ARMS]
+    assert decision.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
     assert condition(st, "Completed").status == "True"
     assert condition(st, "Promoted").status == "True"
     assert condition(st, "Ready").status == "True"
@@ -232,9 +232,9 @@ def test_only_promote_sets_promoted(verdict: Verdict) -> None:
 @pytest.mark.parametrize(
     ("policy", "phase_actions"),
     [
-        ("Always", [Action.CLEANUP_ARMS]),
-        ("OnSuccess", []),
-        ("Never", []),
+        ("Always", [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]),
+        ("OnSuccess", [Action.RELEASE_ARMS]),  # kept arms are no longer protected from drains
+        ("Never", [Action.RELEASE_ARMS]),
     ],
 )
 def test_cleanup_policy_after_a_failure(policy: str, phase_actions: list[Action]) -> None:
@@ -358,7 +358,10 @@ def test_a_permanent_fault_fails_at_once_and_frees_the_gpus() -> None:
         subject(), at(Phase.DEPLOYING), invalid, T0 + timedelta(seconds=5)
     )
     assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ChildRejected")
-    assert decision.actions == [Action.CLEANUP_ARMS]  # nothing observed: the arms may exist
+    assert decision.actions == [
+        Action.RELEASE_ARMS,
+        Action.CLEANUP_ARMS,
+    ]  # nothing observed: the arms may exist
     assert decision.events[-1].reason == "ChildRejected"
 
 
@@ -373,7 +376,7 @@ def test_a_decided_ending_whose_cleanup_fails_is_kept_and_says_so() -> None:
     ended = reconcile.decide(
         subject(), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE)), T0
     )
-    assert ended.actions == [Action.CLEANUP_ARMS]
+    assert ended.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
     decision = reconcile.decide_after_fault(subject(), at(Phase.ANALYZING), REFUSED, T0, attempted=ended)
     assert (decision.status.phase, decision.status.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
     assert "delete Deployments exp-control and exp-treatment by hand" in (decision.status.message or "")
@@ -457,7 +460,7 @@ def test_pods_that_pod_security_refuses_fail_the_experiment_at_once() -> None:
     message = decision.status.message or ""
     assert "Pod Security admission refuses the control arm's pod" in message and PSA in message
     assert "baseline" in message
-    assert decision.actions == [Action.CLEANUP_ARMS]
+    assert decision.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
 
 
 def test_pods_refused_by_a_quota_fail_after_the_grace_period() -> None:

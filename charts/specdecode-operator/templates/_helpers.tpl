@@ -105,6 +105,11 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [create, get, list, delete]
+# Application: the arms' PodDisruptionBudget, created with them and deleted when the experiment
+# ends; never listed (it has one name per experiment).
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [create, get, delete]
 # Application: ConfigMaps: the spec ConfigMap, the load Job's result chunks (read by name; listed
 # for their metadata only) and the report (written with update). RBAC escalation prevention: the
 # load Job's Role grants configmaps create/update, and only a holder of both may create that Role

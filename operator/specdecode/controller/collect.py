@@ -3,6 +3,11 @@
 Returns what the decision function needs: a `Judgement`, or a `CollectFailure` with a reason
 (transient ones — Prometheus unreachable — are retried by the decision function's grace period).
 The full report is stored in a ConfigMap `<exp>-report` named by `status.resultsRef`.
+
+The CPU-heavy steps (parsing the records, the statistics, rendering the report) run in one analysis
+thread of their own (`in_analysis_lane`), one experiment's step at a time: kopf's event loop keeps
+ticking the other experiments, the default thread pool stays free for their API calls, and however
+many experiments finish together, only one set of parsed records is being worked on at once.
 """
 
 from __future__ import annotations
@@ -10,17 +15,36 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import gzip
 import json
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 from specdecode.controller import observe, prometheus, results
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import crossover, manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_lane: ThreadPoolExecutor | None = None
+_lane_lock = threading.Lock()
+
+
+async def in_analysis_lane(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """Run `fn` in the operator's single analysis thread (created on first use, shared by every
+    experiment), off the event loop and out of the default pool that the API calls use."""
+    global _lane
+    with _lane_lock:
+        if _lane is None:
+            _lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdecode-analysis")
+        lane = _lane
+    return await asyncio.get_running_loop().run_in_executor(lane, functools.partial(fn, *args, **kwargs))
 
 
 def parse_results(
@@ -140,7 +164,7 @@ async def store_report(
         raise ReportNameTaken(
             f"the report was not stored: ConfigMap {name}-report exists and is not this experiment's"
         )
-    html = await asyncio.to_thread(page.render_html, judged, recs, windows, experiment, name=name)
+    html = await in_analysis_lane(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
         manifests.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
@@ -175,7 +199,7 @@ async def read_results(
         limits=settings.results_limits,
     )
     try:
-        return await asyncio.to_thread(parse_results, files)
+        return await in_analysis_lane(parse_results, files)
     except ValueError as exc:
         raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
@@ -221,7 +245,7 @@ async def collect(
             f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
     try:
-        analysis = await asyncio.to_thread(
+        analysis = await in_analysis_lane(
             verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
         )
     except (ArithmeticError, ValueError, TypeError) as exc:
@@ -287,7 +311,7 @@ async def salvage(
             windows = await asyncio.to_thread(
                 with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
-    analysis = await asyncio.to_thread(
+    analysis = await in_analysis_lane(
         verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
     )
     total = len(experiment.workload.stages)

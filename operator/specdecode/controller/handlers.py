@@ -25,7 +25,7 @@ from typing import Any
 
 import kopf
 
-from specdecode.controller import collect, kube, observe, results
+from specdecode.controller import collect, kube, lease, observe, results
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, reconcile, spec, status, validation
@@ -53,13 +53,31 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.metrics = OperatorMetrics()
     if memo.get("metrics_port"):
         memo.metrics.serve(int(memo.metrics_port))
+    election = SETTINGS.election
+    if election is not None:  # replicas: only the Lease's holder reconciles (controller/lease.py)
+        memo.elector = lease.Elector(memo.kube, election)
+        memo.election = asyncio.create_task(memo.elector.run(logging.getLogger("specdecode.lease")))
 
 
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_: Any) -> None:
-    """Release the API client's connections."""
+    """Hand the Lease over and release the API client's connections."""
+    if memo.get("election") is not None:
+        memo.election.cancel()
+        try:
+            await memo.elector.release()
+        except Exception as exc:  # the next leader then waits out the lease duration
+            logging.getLogger("specdecode.lease").warning(f"could not release the Lease: {exc}")
     if memo.get("kube") is not None:
         memo.kube.close()
+
+
+def _leading(memo: kopf.Memo) -> bool:
+    """Whether this replica may act: always without leader election, else while it holds the Lease.
+    Checked at each tick, not as the timer's `when` filter: kopf evaluates that only on the
+    experiment's watch events, and after a leader dies there may be none to wake the standby."""
+    elector: lease.Elector | None = memo.get("elector")
+    return elector is None or elector.leading()
 
 
 def _needs_reconcile(body: kopf.Body, **_: Any) -> bool:
@@ -80,6 +98,8 @@ async def reconcile_experiment(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """Observe, decide, act, persist (a failing tick is counted, then retried by kopf)."""
+    if not _leading(memo):  # a standby: the Lease's holder reconciles, this replica only waits
+        return
     try:
         await _reconcile(body, patch, memo, logger)
     except Exception:
@@ -325,6 +345,12 @@ async def _apply(
     if action is reconcile.Action.DELETE_STALE:
         for kind, stale_name in stale:
             await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
+        return
+    if action is reconcile.Action.RELEASE_ARMS:
+        budget = manifests.Names(name).disruption_budget
+        await _child(
+            client.delete(kube.DISRUPTION_BUDGET, namespace, budget), f"PodDisruptionBudget {budget}"
+        )
         return
     if action is reconcile.Action.CLEANUP_ARMS:
         for arm in spec.Arm:

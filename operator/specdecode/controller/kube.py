@@ -34,6 +34,8 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): (
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
     ),
+    ("policy/v1", "PodDisruptionBudget"): "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+    ("coordination.k8s.io/v1", "Lease"): "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
 }
 
 KindRef = tuple[str, str]
@@ -45,6 +47,8 @@ JOB: KindRef = ("batch/v1", "Job")
 CONFIG_MAP: KindRef = ("v1", "ConfigMap")
 SERVICE: KindRef = ("v1", "Service")
 NODE: KindRef = ("v1", "Node")
+LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
+DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
 
 
 class Kube:
@@ -82,6 +86,21 @@ class Kube:
             return created
         name = str(obj["metadata"]["name"])
         return await self._call("PUT", f"{_path(_kind(obj), namespace)}/{name}", body=dict(obj))
+
+    async def create(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        """Create `obj`; None when an object of that name exists already (someone else won)."""
+        return await self._create(obj, namespace)
+
+    async def replace(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        """Replace `obj` if its `metadata.resourceVersion` is still current; None when it is not (409)
+        or the object is gone (404): someone else wrote it first."""
+        name = str(obj["metadata"]["name"])
+        try:
+            return await self._call("PUT", f"{_path(_kind(obj), namespace)}/{name}", body=dict(obj))
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+        return None
 
     async def _create(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
         """POST `obj`; None when an object of that name exists already."""

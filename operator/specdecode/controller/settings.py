@@ -7,10 +7,11 @@ default that works in a plain cluster.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from specdecode.controller import results
+from specdecode.controller import lease, results
 from specdecode.experiment import manifests, reconcile
 
 
@@ -49,6 +50,21 @@ class OperatorSettings:
         default_factory=lambda: {"app.kubernetes.io/name": "specdecode-operator"}
     )
     """Labels of the operator's own pods, which the arms' NetworkPolicy admits."""
+    leader_election: bool = False
+    """Act only while holding a Lease (controller/lease.py), so replicas never act on one experiment.
+    The chart turns it on; a single operator run by hand needs none."""
+    leader_election_name: str = "specdecode-operator"
+    """Name of that Lease."""
+    leader_election_namespace: str = "default"
+    """Namespace of that Lease (the chart: the release's namespace)."""
+    leader_election_identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """This replica's name in the Lease's `holderIdentity` (the chart: the pod's name)."""
+    lease_duration: float = 15.0
+    """Seconds an unrenewed Lease blocks the other replicas (a killed leader is replaced after it)."""
+    renew_deadline: float = 10.0
+    """Seconds the leader acts after the start of its last successful renewal (< lease_duration)."""
+    retry_period: float = 2.0
+    """Seconds between attempts to acquire or renew the Lease (< renew_deadline)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
@@ -79,6 +95,13 @@ class OperatorSettings:
             operator_pod_labels=_parse_labels(operator_labels)
             if operator_labels
             else default.operator_pod_labels,
+            leader_election=get("LEADER_ELECTION", "false").strip().lower() in ("1", "true", "yes"),
+            leader_election_name=get("LEADER_ELECTION_NAME", default.leader_election_name),
+            leader_election_namespace=get("LEADER_ELECTION_NAMESPACE", default.leader_election_namespace),
+            leader_election_identity=get("LEADER_ELECTION_IDENTITY", "") or default.leader_election_identity,
+            lease_duration=float(get("LEASE_DURATION", str(default.lease_duration))),
+            renew_deadline=float(get("RENEW_DEADLINE", str(default.renew_deadline))),
+            retry_period=float(get("RETRY_PERIOD", str(default.retry_period))),
         )
 
     @property
@@ -95,6 +118,20 @@ class OperatorSettings:
     def results_limits(self) -> results.Limits:
         """How much of the load Job's results the operator reads."""
         return results.Limits(max_bytes=self.results_max_bytes)
+
+    @property
+    def election(self) -> lease.Config | None:
+        """The Lease to hold before acting, or None when leader election is off."""
+        if not self.leader_election:
+            return None
+        return lease.Config(
+            name=self.leader_election_name,
+            namespace=self.leader_election_namespace,
+            identity=self.leader_election_identity,
+            duration=self.lease_duration,
+            renew_deadline=self.renew_deadline,
+            retry_period=self.retry_period,
+        )
 
     @property
     def timing(self) -> reconcile.Timing:

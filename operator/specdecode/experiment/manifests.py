@@ -69,6 +69,11 @@ class Names:
         """The policy that admits only the load Job, Prometheus and the operator to the arms."""
         return f"{self.experiment}-arms"
 
+    @property
+    def disruption_budget(self) -> str:
+        """The PodDisruptionBudget that keeps voluntary evictions (drains) off the arms while they run."""
+        return f"{self.experiment}-arms"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -196,7 +201,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "args": argv[2:],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": env,
-        "resources": engine.resources.model_dump(by_alias=True, exclude_none=True),
+        "resources": arm_resources(engine),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": startup_failures},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
@@ -206,8 +211,9 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
     mounts: list[dict[str, Any]] = []
     if not simulated:
         # vLLM's workers share tensors through /dev/shm; the default 64 MiB breaks tensor parallelism.
+        # Bounded: a memory-backed emptyDir without a limit may take the node's memory.
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": engine.shm_size}})
     if engine.model_cache is not None:
         # Simulator arms mount it too (they load no weights): the same pod shape, and a missing
         # claim shows in a dry run before any GPU is spent.
@@ -262,6 +268,24 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
             },
         },
     }
+
+
+# What an arm requests of what the experiment neither requests nor limits (spec.Resources): without
+# CPU and memory requests its QoS class would be BestEffort, the first the kubelet evicts.
+DEFAULT_VLLM_REQUESTS: dict[str, str] = {"cpu": "2", "memory": "16Gi"}
+DEFAULT_SIMULATOR_REQUESTS: dict[str, str] = {"cpu": "100m", "memory": "256Mi"}
+
+
+def arm_resources(engine: spec.EngineSpec) -> dict[str, Any]:
+    """The arms' container resources: the spec's, plus default requests (a limit alone already
+    makes the API server request as much)."""
+    resources: dict[str, Any] = engine.resources.model_dump(by_alias=True, exclude_none=True)
+    defaults = DEFAULT_SIMULATOR_REQUESTS if engine.simulator is not None else DEFAULT_VLLM_REQUESTS
+    given = resources.get("requests", {}).keys() | resources.get("limits", {}).keys()
+    added = {key: value for key, value in defaults.items() if key not in given}
+    if added:
+        resources["requests"] = {**resources.get("requests", {}), **added}
+    return resources
 
 
 def model_source_env(engine: spec.EngineSpec) -> list[dict[str, Any]]:
@@ -349,6 +373,22 @@ def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
                     "ports": [{"protocol": "TCP", "port": PORT}],
                 }
             ],
+        },
+    }
+
+
+def build_disruption_budget(name: str) -> dict[str, Any]:
+    """No voluntary disruption of either arm (`kubectl drain`, the cluster autoscaler): the Eviction
+    API refuses while the experiment holds its arms, since a replaced arm voids the run (ArmDisrupted).
+    Deleted when the experiment ends, whatever the cleanup policy. Preemption and the kubelet's
+    evictions under node pressure are not voluntary and still happen."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": Names(name).disruption_budget, "labels": labels(name, component="engine")},
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
         },
     }
 
@@ -542,6 +582,7 @@ def build_all(
         build_service(name, spec.Arm.CONTROL),
         build_service(name, spec.Arm.TREATMENT),
         build_network_policy(name, settings),
+        build_disruption_budget(name),
         build_spec_config_map(name, document, generation),
         *build_load_rbac(name),
     ]

@@ -58,6 +58,8 @@ class Action(StrEnum):
     """Create-if-absent both arms and their Services, NetworkPolicy and the load Job's RBAC."""
     CREATE_LOAD = "CreateLoad"
     """Create-if-absent the load Job."""
+    RELEASE_ARMS = "ReleaseArms"
+    """Delete the arms' PodDisruptionBudget: the experiment has ended, drains may evict them again."""
     CLEANUP_ARMS = "CleanupArms"
     """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
     DELETE_LOAD = "DeleteLoad"
@@ -495,8 +497,8 @@ def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Obse
     if policy is spec.Cleanup.ALWAYS or (
         policy is spec.Cleanup.ON_SUCCESS and current.phase is Phase.COMPLETED
     ):
-        return [Action.CLEANUP_ARMS]
-    return []
+        return [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
+    return [Action.RELEASE_ARMS]  # arms kept on purpose need no protection from drains
 
 
 # ----------------------------------------------------------------------------------- failures

@@ -76,7 +76,9 @@ class Resources(Model):
     limits: dict[str, Quantity] = Field(default_factory=lambda: dict[str, int | str]({"nvidia.com/gpu": 1}))
     """Resource limits, e.g. `nvidia.com/gpu: 1`. Both arms get the same."""
     requests: dict[str, Quantity] = Field(default_factory=dict)
-    """Resource requests."""
+    """Resource requests. CPU and memory neither requested nor limited here default to 2 CPUs and 16Gi
+    for vLLM arms (100m and 256Mi for simulator arms), so the arms are never BestEffort, the first pods
+    the kubelet evicts under memory pressure."""
 
 
 class Toleration(Model):
@@ -207,6 +209,10 @@ class EngineSpec(Model):
     only: `run --local` runs with this machine's own environment."""
     simulator: SimulatorSpec | None = None
     """Set to run the built-in vLLM simulator instead of vLLM (dry run, CI, demo)."""
+    shm_size: Quantity = "2Gi"
+    """Size limit of each vLLM arm's `/dev/shm` (a memory-backed emptyDir; it counts against the
+    container's memory). 2Gi as in vLLM's Kubernetes guide; raise it for tensor parallelism over many
+    GPUs. Simulator arms get none."""
 
 
 # ---------------------------------------------------------------------------------------- speculative
