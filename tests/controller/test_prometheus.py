@@ -81,8 +81,10 @@ class _Canned(http.server.BaseHTTPRequestHandler):
 
     status = 200
     body = b""
+    hits = 0
 
     def do_GET(self) -> None:
+        type(self).hits += 1
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(self.body)))
@@ -101,7 +103,7 @@ def canned() -> Iterator[Callable[[int, bytes], prometheus.PrometheusSource]]:
     thread.start()
 
     def answer(status: int, body: bytes) -> prometheus.PrometheusSource:
-        _Canned.status, _Canned.body = status, body
+        _Canned.status, _Canned.body, _Canned.hits = status, body, 0
         return prometheus.PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout=5)
 
     try:
@@ -160,3 +162,14 @@ def test_an_error_answer_s_body_never_reaches_the_message(
         canned(404, b"SECRET-LOOKING BODY").query("up", 0)
     assert "404" in str(raised.value)
     assert "SECRET" not in str(raised.value)
+
+
+def test_a_failing_query_is_tried_once_the_operator_s_tick_is_the_retry(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    """prometheus-api-client's default (`retry=None`) retries a 503 three times with backoff: ~6 s
+    blocked per query, on every tick. One attempt; the tick's retry has the phase's deadline."""
+    source = canned(503, b"overloaded")
+    with pytest.raises(prometheus.PrometheusUnavailable, match="503"):
+        source.query("up", 0)
+    assert _Canned.hits == 1

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import requests
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from specdecode.experiment import promql, records
@@ -43,7 +44,10 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self.url = url
-        self._client = PrometheusConnect(url=url, disable_ssl=False, retry=None, timeout=timeout)
+        # One attempt per query: the operator's tick is the retry (with its deadline). `retry=None` would
+        # be the client's default, 3 retries with backoff on errors and 5xx: ~6 s blocked per failing query.
+        no_retry = Retry(total=0, status_forcelist=(), raise_on_status=False)
+        self._client = PrometheusConnect(url=url, disable_ssl=False, retry=no_retry, timeout=timeout)
 
     def query(self, expression: str, at: float) -> list[promql.Sample]:
         """Evaluate at Unix time `at`."""
