@@ -15,7 +15,7 @@ from specdecode import cli, exit_status
 from specdecode.experiment import breakeven, placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
+from specdecode.experiment.status import ArmHosts, Degradation, Environment, ExperimentStatus, Host
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -254,3 +254,16 @@ def test_a_failing_stage_shows_its_break_even_acceptance_in_the_terminal_and_the
     assert line.startswith("at c16 speculation pays only above acceptance ")
     assert "break-even: " + line in " ".join(terminal_text(status).split())
     assert f"<b>break-even</b>: {line}" in render_html(status, records, windows, spec)
+
+
+def test_degradations_show_in_the_terminal_and_the_report(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    found = [Degradation(kind="ChatTemplate", message="Chat template warmup failed")]
+    status = status.model_copy(update={"degradations": found})
+    assert "speculation degraded: ChatTemplate: Chat template warmup failed" in terminal_text(status)
+    html = render_html(status, records, windows, spec)
+    assert (
+        "<h2>Speculation degraded</h2>" in html
+        and "<li>ChatTemplate: Chat template warmup failed</li>" in html
+    )
+    assert "Speculation degraded" not in render_html(finished[0], records, windows, spec)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import placement, releases, spec, status
+from specdecode.experiment import degradations, placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
@@ -669,7 +669,8 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
 
 
 def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
-    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted."""
+    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted (and
+    SpeculationDegraded while the treatment logged a degradation)."""
     reason = st.reason or st.phase.value
     message = st.message or ""
     active = st.phase.is_active
@@ -677,6 +678,12 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
     completed = st.phase is Phase.COMPLETED
     promoted = completed and st.verdict is Verdict.PROMOTE
     verdict_reason = st.verdict.value if st.verdict is not None else reason
+    # Only while vLLM said so (a warning, abnormal-true): absent, not False, on every other experiment.
+    degraded = (
+        {"SpeculationDegraded": ("True", st.degradations[0].kind, degradations.summary(st.degradations))}
+        if st.degradations
+        else {}
+    )
     return {
         "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
         "Reconciling": (
@@ -691,7 +698,7 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
         ),
         "Completed": ("True" if completed else "False", verdict_reason, message),
         "Promoted": ("True" if promoted else "False", verdict_reason, message),
-    }
+    } | degraded
 
 
 def _with_conditions(

@@ -551,6 +551,15 @@ class NoiseFloor(StatusModel):
     """One line of context (e.g. that the speculative config was validated but not used)."""
 
 
+class Degradation(StatusModel):
+    """A start-up log line of the treatment where vLLM says it weakened speculation (`experiment/degradations.py`)."""
+
+    kind: str
+    """AsyncSchedulingDisabled, MaxModelLenLowered, MethodFallback, DraftLimited or ChatTemplate."""
+    message: str
+    """vLLM's message, from the log line (at most 300 characters)."""
+
+
 class ResultsRef(StatusModel):
     """Where the full per-request results and the report are stored."""
 
@@ -597,5 +606,7 @@ class ExperimentStatus(StatusModel):
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
+    degradations: list[Degradation] = Field(default_factory=list)
+    """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""

@@ -405,6 +405,13 @@ def render_html(
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
     ]
     body: list[str] = []
+    if status.degradations:
+        body.append(
+            "<h2>Speculation degraded</h2><p>The treatment's vLLM logged at start-up that it weakened"
+            " speculation: the speed-up below is of that weakened configuration.</p><ul>"
+            + "".join(f"<li>{escape(d.kind)}: {escape(d.message)}</li>" for d in status.degradations)
+            + "</ul>"
+        )
     if status.noise_floor is not None:
         body.append(_noise_floor_section(status.noise_floor))
     metric = spec.analysis.primary_metric.value
