@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import typing
+from datetime import timedelta
 
 import pytest
 
 from specdecode.experiment import degradations, reconcile
 from specdecode.experiment.degradations import Kind
+from specdecode.experiment.reconcile import Observed
 from specdecode.experiment.spec import SimulatorSpec
 from specdecode.experiment.status import Degradation, ExperimentStatus, Phase, Verdict
+from tests.experiment.test_reconcile import T0, at, condition, hosts, ready_arms, subject
 
 # The message of each logger call, put together from the literals in the releases' source.
 REAL = [
@@ -132,3 +135,31 @@ def test_the_simulators_spec_field_offers_exactly_the_kinds() -> None:
     field = SimulatorSpec.model_fields["log_degradations"]
     (literal,) = typing.get_args(field.annotation)
     assert set(typing.get_args(literal)) == {k.value for k in Kind}
+
+
+def test_the_load_starts_with_the_treatment_s_degradations_a_condition_and_a_warning() -> None:
+    found = [Degradation(kind="MethodFallback", message=REAL[5][1])]
+    observed = Observed(arms=ready_arms(), hosts=hosts(), degradations=found)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.RUNNING and decision.status.degradations == found
+    degraded = condition(decision.status, "SpeculationDegraded")
+    assert (degraded.status, degraded.reason) == ("True", "MethodFallback")
+    assert ("Warning", "SpeculationDegraded") in [(e.type, e.reason) for e in decision.events]
+    # Carried through the later phases, condition included.
+    later = reconcile.decide(
+        subject(), decision.status, Observed(arms=ready_arms()), T0 + timedelta(seconds=6)
+    )
+    assert (
+        later.status.degradations == found and condition(later.status, "SpeculationDegraded").status == "True"
+    )
+
+
+@pytest.mark.parametrize("read", [[], None], ids=["clean log", "log not readable"])
+def test_a_clean_or_unreadable_log_starts_the_load_without_the_condition(
+    read: list[Degradation] | None,
+) -> None:
+    observed = Observed(arms=ready_arms(), hosts=hosts(), degradations=read)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.RUNNING and decision.status.degradations == []
+    assert all(c.type != "SpeculationDegraded" for c in decision.status.conditions)
+    assert [e.type for e in decision.events] == ["Normal"]

@@ -171,6 +171,8 @@ class Observed:
     """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
     hosts: dict[spec.Arm, status.Host] = field(default_factory=dict)
     """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
+    degradations: list[status.Degradation] | None = None
+    """Once both arms are Ready: what the treatment's log says vLLM weakened (None: not read)."""
 
 
 @dataclass(frozen=True)
@@ -363,8 +365,11 @@ def _deploying(
     if ready:
         environment = _environment(s, observed)
         differ = environment.host_differences
+        found = observed.degradations or []
         entered = _enter(
-            current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
+            current.model_copy(
+                update={"environment": environment, "started_at": _ts(now), "degradations": found}
+            ),
             subject,
             Phase.RUNNING,
             now,
@@ -376,6 +381,8 @@ def _deploying(
         warning = placement.warning(environment)
         if warning is not None:
             entered.events.append(Event("Warning", "PlacementDiffers", warning))
+        if found:
+            entered.events.append(Event("Warning", "SpeculationDegraded", degradations.summary(found)))
         return entered
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
