@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 # (apiVersion, kind) -> collection path in a namespace.
@@ -124,7 +125,7 @@ class Kube:
                 header_params={"Accept": "text/plain"},
                 auth_settings=["BearerToken"],
             )
-            response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=30)
+            response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=10)
             data = response.read()  # type: ignore[no-untyped-call]
             if not 200 <= response.status < 300:
                 raise ApiException(status=response.status, reason=response.reason, body=data)
@@ -132,7 +133,8 @@ class Kube:
 
         try:
             return await asyncio.to_thread(call)
-        except ApiException:
+        except (ApiException, urllib3.exceptions.HTTPError):
+            # Best effort: the API server answers 4xx/5xx, or hangs dialling a kubelet that is not there.
             return None
 
     async def select(self, kind: KindRef, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
