@@ -35,6 +35,7 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("policy", "poddisruptionbudgets"): {"create", "get", "delete"},
     ("", "configmaps"): {"create", "get", "list", "update", "delete"},
     ("", "pods"): {"get", "list"},
+    ("", "pods/log"): {"get"},
 }
 # Cluster-scoped: kopf's scanning, and the Nodes the arms run on (provenance, issue 22).
 CLUSTER_RULES: dict[tuple[str, str], set[str]] = {

@@ -33,6 +33,8 @@ class FakeKube:
         self.refuse: Refusal = lambda method, kind, obj: None
         self.reads: list[tuple[str, kube.KindRef, str]] = []
         """(method, kind, name or selector) of every read: GET of one object or a LIST."""
+        self.logs: dict[str, str] = {}
+        """Pod name -> its log; a pod without one has no kubelet behind it (as under KWOK)."""
         self._uids = itertools.count(1)
 
     # -- the Kube interface ------------------------------------------------------------------
@@ -75,6 +77,10 @@ class FakeKube:
             for (k, _), o in sorted(self.store.items())
             if k == kind and _has(o, labels)
         ]
+
+    async def pod_log(self, namespace: str, name: str) -> str | None:
+        self.reads.append(("LOG", kube.POD, name))
+        return self.logs.get(name)
 
     async def delete(self, kind: kube.KindRef, namespace: str, name: str) -> None:
         self._check("DELETE", kind, None)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from specdecode import cli, exit_status
-from specdecode.controller import collect, kube, observe, results
+from specdecode.controller import collect, handlers, kube, observe, results
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal
@@ -384,3 +384,33 @@ def test_the_arms_disruption_budget_is_created_with_them_and_deleted_when_the_ex
     assert (status["phase"], status["reason"]) == ("Failed", "DeployDeadlineExceeded"), status
     assert client.names(kube.DISRUPTION_BUDGET) == []
     assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+
+
+def arm_pod(arm: str, name: str, *, node: str | None = "gpu-0") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {manifests.LABEL_EXPERIMENT: "exp", manifests.LABEL_ARM: arm}},
+        "spec": {"nodeName": node} if node else {},
+    }
+
+
+def test_the_treatment_pod_s_log_is_read_for_degradations_and_only_its() -> None:
+    client = FakeKube()
+    pods = [arm_pod("control", "exp-control-a"), arm_pod("treatment", "exp-treatment-b")]
+    line = (
+        "(EngineCore_DP0 pid=7) WARNING 12-02 00:12:34 [vllm.py:816] Async scheduling not supported with "
+        "suffix-based speculative decoding and will be disabled."
+    )
+    client.logs = {"exp-control-a": line, "exp-treatment-b": "INFO vLLM API server version 0.20.0\n" + line}
+    found = asyncio.run(handlers._degradations(client, "default", pods))  # type: ignore[arg-type]
+    assert found is not None and [d.kind for d in found] == ["AsyncSchedulingDisabled"]
+    assert [r for r in client.reads if r[0] == "LOG"] == [("LOG", kube.POD, "exp-treatment-b")]
+
+
+def test_a_treatment_log_the_api_server_cannot_give_is_not_read_rather_than_clean() -> None:
+    client = FakeKube()  # no kubelet behind the node: no log
+    assert asyncio.run(handlers._degradations(client, "default", [arm_pod("treatment", "t")])) is None  # type: ignore[arg-type]
+    unplaced = [arm_pod("treatment", "t", node=None)]
+    assert asyncio.run(handlers._degradations(client, "default", unplaced)) is None  # type: ignore[arg-type]
+    assert client.reads == [("LOG", kube.POD, "t")]

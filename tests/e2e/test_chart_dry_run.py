@@ -178,7 +178,7 @@ def can(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -
         ("delete", "deployments.apps", True),
         ("update", "configmaps", True),
         ("list", "pods", True),
-        ("get", "pods/log", False),
+        ("get", "pods/log", True),
         ("patch", "deployments.apps", False),
         ("list", "customresourcedefinitions.apiextensions.k8s.io", True),
         ("watch", "namespaces", True),

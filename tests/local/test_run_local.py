@@ -96,6 +96,30 @@ def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: P
     status = result(out)
     assert status["verdict"] == "Reject", status["message"]
     assert status["stages"][0]["speedup"]["ciHigh"] < 1.05
+    # Why it lost: the acceptance that would have paid at this load, above the one measured (#18).
+    breakeven = status["stages"][0]["breakEven"]
+    assert breakeven["acceptanceRate"] > breakeven["measuredRate"]
+    assert "<b>break-even</b>: at c4 " in (out / "report.html").read_text()
+
+
+def test_a_treatment_whose_vllm_weakens_speculation_says_so(tmp_path: Path) -> None:
+    """The simulator logs vLLM's own line; the run finds it in the treatment's log (#18)."""
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny", "logDegradations": ["AsyncSchedulingDisabled"]},
+        requests=40,
+    )
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert status["degradations"] == [
+        {
+            "kind": "AsyncSchedulingDisabled",
+            "message": "Async scheduling not supported with ngram-based speculative decoding and will be disabled.",
+        }
+    ]
+    assert "ngram-based" not in (out / "logs" / "control.log").read_text()
+    assert "AsyncSchedulingDisabled: Async scheduling not supported" in (out / "report.html").read_text()
 
 
 def test_a_lossy_treatment_is_rejected_for_output_mismatch(tmp_path: Path) -> None:

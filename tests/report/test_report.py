@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 from specdecode import cli, exit_status
-from specdecode.experiment import placement, validation, verdict
+from specdecode.experiment import breakeven, placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
+from specdecode.experiment.status import ArmHosts, Degradation, Environment, ExperimentStatus, Host
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -241,3 +241,29 @@ def test_terminal_says_where_each_arm_ran_and_warns_when_the_hosts_differ(finish
     assert "hosts: control on gpu-0, treatment on gpu-1" in text
     assert "placement: the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))" in text
     assert "placement:" not in shown(placed(finished[0], "gpu-0"))
+
+
+def test_a_failing_stage_shows_its_break_even_acceptance_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    c16 = next(s for s in status.stages if s.name == "c16")
+    assert c16.verdict == "Fail" and c16.break_even is not None
+    assert all(s.break_even is None for s in status.stages if s.name != "c16")
+    line = breakeven.describe("c16", c16.break_even)
+    assert line.startswith("at c16 speculation pays only above acceptance ")
+    assert "break-even: " + line in " ".join(terminal_text(status).split())
+    assert f"<b>break-even</b>: {line}" in render_html(status, records, windows, spec)
+
+
+def test_degradations_show_in_the_terminal_and_the_report(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    found = [Degradation(kind="ChatTemplate", message="Chat template warmup failed")]
+    status = status.model_copy(update={"degradations": found})
+    assert "speculation degraded: ChatTemplate: Chat template warmup failed" in terminal_text(status)
+    html = render_html(status, records, windows, spec)
+    assert (
+        "<h2>Speculation degraded</h2>" in html
+        and "<li>ChatTemplate: Chat template warmup failed</li>" in html
+    )
+    assert "Speculation degraded" not in render_html(finished[0], records, windows, spec)

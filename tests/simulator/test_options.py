@@ -104,3 +104,20 @@ def test_the_node_sets_the_speed_factor_through_the_environment_and_the_flag_win
         resolve([])
     with pytest.raises(options.OptionsError, match="--speed-factor: 0 is out of range"):
         resolve(["--speed-factor", "0"])
+
+
+@pytest.mark.parametrize("arm", list(spec.Arm))
+def test_a_degradation_asked_in_the_spec_is_logged_by_the_treatment_only(arm: spec.Arm) -> None:
+    doc = next(
+        d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d and d.get("kind") == "SpecDecodeExperiment"
+    )
+    doc["spec"]["engine"]["simulator"]["logDegradations"] = ["MaxModelLenLowered", "ChatTemplate"]
+    s = spec.ExperimentSpec.model_validate(doc["spec"])
+    opts = resolve(manifests.serve_args(s, arm)[2:])
+    expected = ("MaxModelLenLowered", "ChatTemplate") if arm is spec.Arm.TREATMENT else ()
+    assert opts.degradations == expected
+
+
+def test_an_unknown_degradation_kind_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        options.parse(["M", "--log-degradation", "Slow"])

@@ -122,6 +122,12 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list]
+# Application: silent degradations (issue 18): the start of the treatment pod's log, read once when
+# both arms are Ready, for the lines where vLLM says it weakened speculation. Only get; without it
+# the SpeculationDegraded condition is never raised.
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 {{- end }}
 
 {{- define "specdecode-operator.clusterRules" -}}

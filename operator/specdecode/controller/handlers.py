@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +28,7 @@ import kopf
 from specdecode.controller import collect, kube, lease, observe, results
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, reconcile, spec, status, validation
+from specdecode.experiment import degradations, manifests, reconcile, spec, status, validation
 
 SETTINGS = OperatorSettings.from_env()
 
@@ -143,6 +143,17 @@ async def _reconcile(
     memo.metrics.observe(namespace, name, decision.status)
 
 
+async def _degradations(
+    client: kube.Kube, namespace: str, pods: Sequence[Mapping[str, Any]]
+) -> list[status.Degradation] | None:
+    """What the treatment pod's log says vLLM weakened; None when the log cannot be read."""
+    pod = observe.placed_pods(pods).get(spec.Arm.TREATMENT)
+    if pod is None:
+        return None
+    text = await client.pod_log(namespace, str(pod["metadata"]["name"]))
+    return None if text is None else degradations.scan(text.splitlines())
+
+
 async def _observe(
     body: kopf.Body,
     subject: reconcile.Subject,
@@ -174,6 +185,7 @@ async def _observe(
                 await _nodes(client, observe.placed_pods(pods).values(), logger),
                 vllm_version=subject.spec.engine.vllm_version,
             ),
+            degradations=await _degradations(client, namespace, pods) if subject.spec.speculates else [],
         )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 # (apiVersion, kind) -> collection path in a namespace.
@@ -39,6 +40,8 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
 }
 
 KindRef = tuple[str, str]
+#: the most of a pod's log read: its start, where vLLM reports how it configured itself
+LOG_LIMIT_BYTES = 4 * 1024 * 1024
 # The API server's metadata-only list (falls back to a full list where it cannot).
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 DEPLOYMENT: KindRef = ("apps/v1", "Deployment")
@@ -128,6 +131,30 @@ class Kube:
             if exc.status == 403:
                 return None
             raise
+
+    async def pod_log(self, namespace: str, name: str) -> str | None:
+        """The start of a pod's log (at most `LOG_LIMIT_BYTES`), or None when the API server cannot
+        give it: no kubelet behind the node, the pod gone, or no `pods/log` permission."""
+
+        def call() -> str:
+            method_, url, headers, payload, post = self._api.param_serialize(
+                "GET",
+                f"{_path(POD, namespace)}/{name}/log",
+                query_params=[("limitBytes", str(LOG_LIMIT_BYTES))],
+                header_params={"Accept": "text/plain"},
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=10)
+            data = response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status < 300:
+                raise ApiException(status=response.status, reason=response.reason, body=data)
+            return bytes(data).decode(errors="replace")
+
+        try:
+            return await asyncio.to_thread(call)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            # Best effort: the API server answers 4xx/5xx, or hangs dialling a kubelet that is not there.
+            return None
 
     async def select(self, kind: KindRef, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Objects of a kind carrying all `labels`."""

@@ -162,6 +162,8 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release 
         argv += ["--profile", engine.simulator.profile]
         for key, value in engine.simulator.overrides().items():
             argv += ["--" + key.replace("_", "-"), str(value)]
+        for kind in engine.simulator.log_degradations:
+            argv += ["--log-degradation", kind]
     if arm is spec.Arm.TREATMENT and s.speculates:
         argv += ["--speculative-config", speculative_config_json(s.speculative)]
         if release.per_request_spec_metrics:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import placement, releases, spec, status
+from specdecode.experiment import degradations, placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
@@ -173,6 +173,8 @@ class Observed:
     """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
     hosts: dict[spec.Arm, status.Host] = field(default_factory=dict)
     """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
+    degradations: list[status.Degradation] | None = None
+    """Once both arms are Ready: what the treatment's log says vLLM weakened (None: not read)."""
 
 
 @dataclass(frozen=True)
@@ -365,8 +367,11 @@ def _deploying(
     if ready:
         environment = _environment(s, observed)
         differ = environment.host_differences
+        found = observed.degradations or []
         entered = _enter(
-            current.model_copy(update={"environment": environment, "started_at": _ts(now)}),
+            current.model_copy(
+                update={"environment": environment, "started_at": _ts(now), "degradations": found}
+            ),
             subject,
             Phase.RUNNING,
             now,
@@ -378,6 +383,8 @@ def _deploying(
         warning = placement.warning(environment)
         if warning is not None:
             entered.events.append(Event("Warning", "PlacementDiffers", warning))
+        if found:
+            entered.events.append(Event("Warning", "SpeculationDegraded", degradations.summary(found)))
         return entered
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
@@ -671,7 +678,8 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
 
 
 def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
-    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted."""
+    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted (and
+    SpeculationDegraded while the treatment logged a degradation)."""
     reason = st.reason or st.phase.value
     message = st.message or ""
     active = st.phase.is_active
@@ -679,6 +687,12 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
     completed = st.phase is Phase.COMPLETED
     promoted = completed and st.verdict is Verdict.PROMOTE
     verdict_reason = st.verdict.value if st.verdict is not None else reason
+    # Only while vLLM said so (a warning, abnormal-true): absent, not False, on every other experiment.
+    degraded = (
+        {"SpeculationDegraded": ("True", st.degradations[0].kind, degradations.summary(st.degradations))}
+        if st.degradations
+        else {}
+    )
     return {
         "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
         "Reconciling": (
@@ -693,7 +707,7 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
         ),
         "Completed": ("True" if completed else "False", verdict_reason, message),
         "Promoted": ("True" if promoted else "False", verdict_reason, message),
-    }
+    } | degraded
 
 
 def _with_conditions(

@@ -164,6 +164,13 @@ class SimulatorSpec(Model):
     servers that are not bitwise reproducible across batch compositions; default 0)."""
     error_rate: float | None = Field(default=None, ge=0, le=1)
     """Fraction of requests answered with an error (fault injection)."""
+    log_degradations: list[
+        Literal[
+            "AsyncSchedulingDisabled", "MaxModelLenLowered", "MethodFallback", "DraftLimited", "ChatTemplate"
+        ]
+    ] = Field(default_factory=list, max_length=5)
+    """The treatment logs at start-up the line real vLLM logs when it weakens speculation this way
+    (fault injection for the SpeculationDegraded condition)."""
 
     def overrides(self) -> dict[str, float | int]:
         """The parameters set explicitly, by their snake_case names (the profile fills the rest)."""

@@ -342,6 +342,36 @@ class Acceptance(StatusModel):
     """Whether the available estimates agree."""
 
 
+class BreakEven(StatusModel):
+    """The draft acceptance a failing stage needed to reach minSpeedup, next to the measured one (#18).
+
+    From the measured step costs: speed-up scales with the mean acceptance length 1 + k * rate
+    (`experiment/breakeven.py`); exact for a TPOT primary metric, approximate for E2E and throughput."""
+
+    k: int
+    """numSpeculativeTokens of the treatment."""
+    acceptance_rate: float
+    """Accepted / drafted tokens at which this stage's speed-up would reach minSpeedup (> 1: none does)."""
+    ci_low: float | None = None
+    """Lower bound of `acceptanceRate`, from the speed-up's upper confidence bound."""
+    ci_high: float | None = None
+    """Upper bound of `acceptanceRate`, from the speed-up's lower confidence bound."""
+    mean_length: float
+    """Mean acceptance length (tokens per step) at `acceptanceRate`."""
+    per_token: float | None = None
+    """Independent per-token acceptance giving `meanLength` ((1 - a^(k+1)) / (1 - a)); None when unreachable."""
+    reachable: bool = True
+    """False when even full acceptance would not pay at this load."""
+    measured_rate: float | None = None
+    """The acceptance rate measured on the experiment's prompts."""
+    measured_ci_low: float | None = None
+    """Lower confidence bound of `measuredRate` (Clopper-Pearson on token counts)."""
+    measured_ci_high: float | None = None
+    """Upper confidence bound of `measuredRate`."""
+    measured_mean_length: float | None = None
+    """The mean acceptance length measured."""
+
+
 class CategoryResult(StatusModel):
     """One prompt category within one stage (datasets whose prompts carry a `category`).
 
@@ -424,6 +454,8 @@ class StageResult(StatusModel):
     """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
     placement: StagePlacement | None = None
     """The placement effect and the speed-up without it (only when the crossover ran)."""
+    break_even: BreakEven | None = None
+    """Failing stages: the acceptance that would have paid at this load, next to the measured one."""
 
 
 class Recommendation(StatusModel):
@@ -519,6 +551,15 @@ class NoiseFloor(StatusModel):
     """One line of context (e.g. that the speculative config was validated but not used)."""
 
 
+class Degradation(StatusModel):
+    """A start-up log line of the treatment where vLLM says it weakened speculation (`experiment/degradations.py`)."""
+
+    kind: str
+    """AsyncSchedulingDisabled, MaxModelLenLowered, MethodFallback, DraftLimited or ChatTemplate."""
+    message: str
+    """vLLM's message, from the log line (at most 300 characters)."""
+
+
 class ResultsRef(StatusModel):
     """Where the full per-request results and the report are stored."""
 
@@ -565,5 +606,7 @@ class ExperimentStatus(StatusModel):
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
+    degradations: list[Degradation] = Field(default_factory=list)
+    """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""

@@ -80,7 +80,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from specdecode.experiment import releases, sequential
+from specdecode.experiment import breakeven, releases, sequential
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import AnalysisMode, AnalysisSpec, ExperimentSpec, PrimaryMetric, Slo, Stage
 from specdecode.experiment.status import (
@@ -1063,6 +1063,17 @@ def analyse_stage(
         reasons.insert(0, mv.reason)
     result.verdict = verdict
     result.reasons = reasons
+    if verdict is StageVerdict.FAIL and spec.speculates:
+        accepted, drafted = acc_counts
+        result.break_even = breakeven.break_even(
+            result.speedup,
+            result.acceptance,
+            k=spec.speculative.num_speculative_tokens,
+            min_speedup=a.min_speedup,
+            measured_interval=(
+                proportion_interval(accepted, drafted, confidence=a.confidence) if drafted > 0 else None
+            ),
+        )
     return result
 
 

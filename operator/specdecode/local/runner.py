@@ -41,6 +41,7 @@ from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     crossover,
+    degradations,
     documents,
     placement,
     records,
@@ -390,6 +391,7 @@ class _Run:
                 "validity": self.validity,
                 "message": placement.qualify(judged.message or "", judged.environment),
                 "crossover": checked,
+                "degradations": _degradations(arms),
             }
         )
         if self.loads:
@@ -699,6 +701,15 @@ def _read_records(directory: Path) -> list[records.RequestRecord]:
 def _read_anchor(directory: Path) -> records.RunAnchor:
     doc = json.loads((directory / "windows.json").read_text())
     return records.RunAnchor.model_validate(doc["anchor"])
+
+
+def _degradations(arms: engines.Engines) -> list[status.Degradation]:
+    """What the treatment's vLLM logged when it weakened speculation (its log file; none for given URLs)."""
+    treatment = arms.arms.get(spec.Arm.TREATMENT)
+    if treatment is None or treatment.log is None or not treatment.log.exists():
+        return []
+    with treatment.log.open(errors="replace") as lines:
+        return degradations.scan(lines)
 
 
 def _now() -> str:

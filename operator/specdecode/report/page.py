@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from specdecode.experiment import placement
+from specdecode.experiment import breakeven, placement
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -241,6 +241,8 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             + ("" if acc.agreement is None else (" — agree" if acc.agreement else " — <b>DISAGREE</b>"))
             + "</p>"
         )
+    if stage.break_even is not None:
+        out.append(f"<p><b>break-even</b>: {escape(breakeven.describe(stage.name, stage.break_even))}</p>")
     mine = [r for r in records if r.stage == stage.name and not r.warmup and r.ok]
     plots = []
     for metric, attr in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")):
@@ -403,6 +405,13 @@ def render_html(
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
     ]
     body: list[str] = []
+    if status.degradations:
+        body.append(
+            "<h2>Speculation degraded</h2><p>The treatment's vLLM logged at start-up that it weakened"
+            " speculation: the speed-up below is of that weakened configuration.</p><ul>"
+            + "".join(f"<li>{escape(d.kind)}: {escape(d.message)}</li>" for d in status.degradations)
+            + "</ul>"
+        )
     if status.noise_floor is not None:
         body.append(_noise_floor_section(status.noise_floor))
     metric = spec.analysis.primary_metric.value

@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import placement
+from specdecode.experiment import breakeven, degradations, placement
 from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor
 
 _STYLE = {
@@ -118,6 +118,13 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    if status.degradations:
+        parts.append(
+            Text("speculation degraded: " + degradations.summary(status.degradations), style="yellow")
+        )
+    for s in status.stages:
+        if s.break_even is not None:
+            parts.append(Text("break-even: " + breakeven.describe(s.name, s.break_even), style="yellow"))
     if status.noise_floor is not None:
         parts.append(noise_floor_table(status.noise_floor))
         if status.noise_floor.suggested_baseline_mismatch_rate is not None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdecode.experiment import degradations
 from specdecode.experiment.simprofiles import DEFAULT_PROFILE, PROFILES, SimParams
 from specdecode.simulator.scheduler import SpecConfig
 
@@ -218,6 +219,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds of 'model loading': /health answers 503 until then",
     )
     faults.add_argument(
+        "--log-degradation",
+        action="append",
+        default=None,
+        choices=[k.value for k in degradations.Kind],
+        metavar="KIND",
+        help="with --speculative-config: log at start-up the line real vLLM logs when it weakens "
+        "speculation this way (repeatable; kinds: %(choices)s)",
+    )
+    faults.add_argument(
         "--crash-after",
         type=float,
         default=None,
@@ -277,6 +287,8 @@ class SimOptions:
     speed_factor: float
     """The simulated host's speed factor (already applied to `params`)."""
     startup_delay: float
+    degradations: tuple[str, ...]
+    """Kinds whose vLLM start-up line to log (`--log-degradation`; with speculation only)."""
     crash_after: float | None
     disconnect_rate: float
     ground_truth: Path | None
@@ -344,6 +356,7 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
         params=params,
         speed_factor=speed_factor,
         startup_delay=ns.startup_delay,
+        degradations=tuple(ns.log_degradation or ()) if spec is not None else (),
         crash_after=ns.crash_after,
         disconnect_rate=ns.disconnect_rate,
         ground_truth=ns.ground_truth,

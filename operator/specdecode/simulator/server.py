@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from specdecode.experiment import degradations
 from specdecode.simulator import api, options
 from specdecode.simulator.engine import Engine
 from specdecode.simulator.groundtruth import GroundTruth
@@ -80,6 +81,9 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
     )
     if opts.ignored:
         log.info("ignored vLLM flags: %s", " ".join(opts.ignored))
+    for kind in opts.degradations:
+        # The very line real vLLM logs (`experiment/degradations.py`), as a warning of ours.
+        log.warning("%s", degradations.EXAMPLES[degradations.Kind(kind)])
 
     async def load() -> None:
         await asyncio.sleep(opts.startup_delay)
