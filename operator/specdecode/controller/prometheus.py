@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 import requests
 from prometheus_api_client import PrometheusConnect
-from urllib3.util.retry import Retry
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
 
 from specdecode.experiment import promql, records
 
