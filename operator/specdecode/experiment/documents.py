@@ -163,6 +163,8 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
             expansion = sweep_expansion(experiment.spec.workload)
             if expansion:
                 print(f"{name}: {experiment.name}: {expansion}", file=out)
+            for local_only in validation.check_operator_support(experiment.spec):
+                print(f"{name}: {experiment.name}: note: {local_only}", file=out)
         for skipped in report.skipped:
             print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
     return 2 if failed else 0

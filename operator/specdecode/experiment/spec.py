@@ -522,6 +522,84 @@ class Sweep(Model):
         return sweep.expand(self.axis, values.raw())
 
 
+class SearchBounds(Model):
+    """The load range a search bisects."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(cel("self.from < self.to", "from must be below to")),
+    )
+
+    from_: float = Field(alias="from", gt=0, le=100_000)
+    """The lowest load probed (probed first)."""
+    to: float = Field(gt=0, le=100_000)
+    """The highest load probed (probed second)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchBounds:
+        if self.from_ >= self.to:
+            raise ValueError(f"from ({self.from_:g}) must be below to ({self.to:g})")
+        return self
+
+
+class Search(Model):
+    """An adaptive search run after the stages (issue 17). `goal: breakEven` finds the highest load at
+    which the treatment still clears `minSpeedup`: bisection over `concurrency` or `rate` between
+    `from` and `to`, each probe a paired stage judged by the same statistics (verdict Pass = clears).
+    Run by `specdecode run --local` only; the operator refuses it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.concurrency) != has(self.rate)", "a search needs exactly one of concurrency or rate"
+            ),
+        )
+    )
+
+    goal: Literal["breakEven"] = "breakEven"
+    """`breakEven`: the highest load at which the treatment still clears `analysis.minSpeedup`."""
+    concurrency: SearchBounds | None = None
+    """Bisect over closed-loop concurrency (whole numbers) between these bounds."""
+    rate: SearchBounds | None = None
+    """Bisect over open-loop rate, requests/s, between these bounds."""
+    max_probes: int = Field(default=8, ge=2, le=16)
+    """The most probes (the bounds included) before the search stops with the bracket it has."""
+    tolerance: float = Field(default=0.25, gt=0, le=10)
+    """Rate searches stop when the bracket's upper load is within this fraction of its lower load
+    (concurrency searches stop at adjacent whole numbers)."""
+    requests_per_probe: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Measured requests of each probe (default `requestsPerStage`); sequential analysis may stop one earlier."""
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> Search:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a search needs exactly one of concurrency or rate")
+        if self.concurrency is not None and (
+            self.concurrency.from_ != int(self.concurrency.from_)
+            or self.concurrency.to != int(self.concurrency.to)
+        ):
+            raise ValueError("concurrency bounds must be whole numbers")
+        return self
+
+    @property
+    def axis(self) -> Literal["concurrency", "rate"]:
+        """The searched load."""
+        return "concurrency" if self.concurrency is not None else "rate"
+
+    @property
+    def bounds(self) -> SearchBounds:
+        """The searched range."""
+        bounds = self.concurrency if self.concurrency is not None else self.rate
+        assert bounds is not None
+        return bounds
+
+    def probe_stage(self, index: int, load: float) -> Stage:
+        """The paired stage of probe `index` (1-based) at `load`: `search<N>-c<load>` or `search<N>-r<load>`."""
+        name = f"search{index}-{sweep.stage_name(self.axis, load)}"
+        if self.axis == "concurrency":
+            return Stage(name=name, concurrency=int(load), requests=self.requests_per_probe)
+        return Stage(name=name, rate=load, requests=self.requests_per_probe)
+
+
 class WorkloadSpec(Model):
     """The load both arms receive: the same prompts, on the same schedule, with the same seed."""
 
@@ -557,6 +635,9 @@ class WorkloadSpec(Model):
     many requests (real vLLM pays a one-time cost at a new batch size)."""
     request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
     """A request that takes longer counts as an error (class `timeout`)."""
+    search: Search | None = None
+    """After the stages, search for the break-even load (`goal: breakEven`): bisection over
+    `concurrency` or `rate` between bounds, each probe a paired stage (`status.search`). `run --local` only."""
 
     @model_validator(mode="before")
     @classmethod
