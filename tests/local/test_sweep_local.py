@@ -8,6 +8,9 @@ from pathlib import Path
 import yaml
 
 from specdecode import cli
+from specdecode.experiment import documents, status
+from specdecode.local import runner as local_runner
+from specdecode.local import view
 from tests.factories import experiment_document
 
 
@@ -104,3 +107,21 @@ def test_the_break_even_search_lands_within_one_step_of_the_crossover_the_explic
     recorded = {json.loads(line)["stage"] for line in (out / "requests.jsonl").read_text().splitlines()}
     assert {p["name"] for p in probes} <= recorded
     assert "Break-even search" in (out / "report.html").read_text()
+
+
+def test_arms_run_one_after_the_other_say_the_search_did_not_run(tmp_path: Path) -> None:
+    """One GPU: both arms are never up together, so no paired probe; the status says so, never silence."""
+    document = experiment_document(
+        workload={
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "search": {"goal": "breakEven", "concurrency": {"from": 1, "to": 8}},
+        }
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    experiment = documents.load_experiment(path)
+    run_ = local_runner._Run(experiment, local_runner.Options(out=tmp_path / "out"), view.make_view("quiet"))
+    judged = run_._with_search(status.ExperimentStatus(phase=status.Phase.COMPLETED))
+    assert judged.search is not None
+    assert (judged.search.ran, judged.search.reason, judged.search.probes) == (False, "OneAfterTheOther", [])
+    assert judged.recommendation is None  # nothing measured by the search to rest on
