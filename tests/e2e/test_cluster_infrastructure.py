@@ -101,6 +101,15 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         {"workload": {"sweep": {"concurrency": {"values": [1]}, "rate": {"values": [1]}}}},
         "a sweep needs exactly one of concurrency or rate",
     ),
+    "a search over both loads": (
+        {
+            "workload": {
+                "stages": [{"name": "c1", "concurrency": 1}],
+                "search": {"concurrency": {"from": 1, "to": 8}, "rate": {"from": 1, "to": 8}},
+            }
+        },
+        "a search needs exactly one of concurrency or rate",
+    ),
     "a geometric sweep without steps": (
         {"workload": {"sweep": {"rate": {"from": 1, "to": 8}}}},
         "a geometric sweep needs from, to and steps",
