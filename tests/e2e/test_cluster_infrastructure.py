@@ -88,6 +88,32 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         {"workload": {"stages": [{"name": "both", "rate": 1.0, "concurrency": 4}]}},
         "a stage needs exactly one of rate (open loop) or concurrency (closed loop)",
     ),
+    "both stages and a sweep": (
+        {
+            "workload": {
+                "stages": [{"name": "c1", "concurrency": 1}],
+                "sweep": {"concurrency": {"values": [1, 4]}},
+            }
+        },
+        "set exactly one of stages or sweep",
+    ),
+    "a sweep over both loads": (
+        {"workload": {"sweep": {"concurrency": {"values": [1]}, "rate": {"values": [1]}}}},
+        "a sweep needs exactly one of concurrency or rate",
+    ),
+    "a search over both loads": (
+        {
+            "workload": {
+                "stages": [{"name": "c1", "concurrency": 1}],
+                "search": {"concurrency": {"from": 1, "to": 8}, "rate": {"from": 1, "to": 8}},
+            }
+        },
+        "a search needs exactly one of concurrency or rate",
+    ),
+    "a geometric sweep without steps": (
+        {"workload": {"sweep": {"rate": {"from": 1, "to": 8}}}},
+        "a geometric sweep needs from, to and steps",
+    ),
     "a missing required field": ({"model": None}, "spec.model: Required value"),
     "a value out of range": (
         {"speculative": {"method": "ngram", "numSpeculativeTokens": 0}},
@@ -113,6 +139,22 @@ def test_an_invalid_experiment_is_refused_by_the_api_server_with_the_schema_mess
 def test_the_example_used_above_is_itself_valid(cluster: Cluster, crd: Path, namespace: str) -> None:
     res = cluster.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(experiment("ok"))
+    )
+    assert "(server dry run)" in res.stdout
+
+
+def test_a_sweep_without_stages_is_accepted_by_the_api_server(
+    cluster: Cluster, crd: Path, namespace: str
+) -> None:
+    sweep = {"sweep": {"concurrency": {"from": 1, "to": 64, "steps": 7}}}
+    res = cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=json.dumps(experiment("swept", workload=sweep)),
     )
     assert "(server dry run)" in res.stdout
 

@@ -129,6 +129,15 @@ def load_experiment(path: Path) -> Experiment:
 #: what `validate` adds for an A/A run: the speculative config was checked all the same
 NOISE_FLOOR_NOTE = " (analysis.mode NoiseFloor: an A/A run; spec.speculative is validated, not used)"
 
+
+def sweep_expansion(workload: spec.WorkloadSpec) -> str:
+    """`workload.sweep (concurrency) -> stages c1, c4, c16` (issue 17), or "" without a sweep."""
+    if workload.sweep is None:
+        return ""
+    names = ", ".join(stage.name for stage in workload.stages)
+    return f"workload.sweep ({workload.sweep.axis}) -> {len(workload.stages)} stages: {names}"
+
+
 STDIN = "-"
 """The file name that means standard input (`specdecode validate -`, `kustomize build | ...`)."""
 
@@ -151,6 +160,11 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
         for experiment in report.experiments:
             note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
             print(f"{name}: {experiment.name}: valid{note}", file=out)
+            expansion = sweep_expansion(experiment.spec.workload)
+            if expansion:
+                print(f"{name}: {experiment.name}: {expansion}", file=out)
+            for local_only in validation.check_operator_support(experiment.spec):
+                print(f"{name}: {experiment.name}: note: {local_only}", file=out)
         for skipped in report.skipped:
             print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
     return 2 if failed else 0

@@ -17,8 +17,10 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from specdecode.experiment import sweep
 
 API_GROUP = "specdecode.io"
 API_VERSION = "v1alpha1"
@@ -445,15 +447,182 @@ class Arrival(StrEnum):
     """Gamma inter-arrival times with `burstiness` (< 1 burstier than Poisson, > 1 smoother)."""
 
 
+class SweepAxis(Model):
+    """The values of one swept load: a list, or `from`/`to`/`steps` spaced geometrically."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.values) != (has(self.from) || has(self.to) || has(self.steps))",
+                "give either values or from/to/steps",
+            ),
+            cel(
+                "has(self.values) || (has(self.from) && has(self.to) && has(self.steps))",
+                "a geometric sweep needs from, to and steps",
+            ),
+            cel("!has(self.from) || !has(self.to) || self.from < self.to", "from must be below to"),
+        )
+    )
+
+    values: list[Annotated[float, Field(gt=0, le=100_000)]] | None = Field(
+        default=None, min_length=1, max_length=sweep.MAX_STAGES
+    )
+    """The loads, one stage each (sorted ascending, duplicates dropped)."""
+    from_: float | None = Field(default=None, alias="from", gt=0, le=100_000)
+    """The lowest load of a geometric series."""
+    to: float | None = Field(default=None, gt=0, le=100_000)
+    """The highest load of a geometric series."""
+    steps: int | None = Field(default=None, ge=2, le=sweep.MAX_STAGES)
+    """How many loads from `from` to `to`, evenly spaced on a log scale (concurrencies are rounded;
+    values that round to the same concurrency give one stage)."""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SweepAxis:
+        geometric = (self.from_, self.to, self.steps)
+        if (self.values is None) == all(v is None for v in geometric):
+            raise ValueError("give either values or from/to/steps")
+        if self.values is None:
+            if any(v is None for v in geometric):
+                raise ValueError("a geometric sweep needs from, to and steps")
+            assert self.from_ is not None and self.to is not None
+            if self.from_ >= self.to:
+                raise ValueError(f"from ({self.from_:g}) must be below to ({self.to:g})")
+        return self
+
+    def raw(self) -> list[float]:
+        """The listed values or the geometric series, before rounding."""
+        return sweep.axis_values(self.values, self.from_, self.to, self.steps)
+
+
+class Sweep(Model):
+    """Stages generated over one load axis: `concurrency` (closed loop) or `rate` (open loop).
+
+    Expanded into `workload.stages` before validation (`specdecode validate` prints them), named
+    `c<N>` or `r<rate>` (`.` written `-`), in ascending load."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.concurrency) != has(self.rate)", "a sweep needs exactly one of concurrency or rate"
+            ),
+        )
+    )
+
+    concurrency: SweepAxis | None = None
+    """Closed-loop stages at these concurrencies (whole numbers)."""
+    rate: SweepAxis | None = None
+    """Open-loop stages at these rates, requests/s (rounded to 3 significant digits)."""
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> Sweep:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a sweep needs exactly one of concurrency or rate")
+        if self.concurrency is not None and self.concurrency.values is not None:
+            fractional = [v for v in self.concurrency.values if v != int(v)]
+            if fractional:
+                raise ValueError(f"concurrency values must be whole numbers, got {fractional[0]:g}")
+        return self
+
+    @property
+    def axis(self) -> Literal["concurrency", "rate"]:
+        """The swept load."""
+        return "concurrency" if self.concurrency is not None else "rate"
+
+    def stage_documents(self) -> list[dict[str, Any]]:
+        """The generated stages, in wire format."""
+        values = self.concurrency if self.concurrency is not None else self.rate
+        assert values is not None
+        return sweep.expand(self.axis, values.raw())
+
+
+class SearchBounds(Model):
+    """The load range a search bisects."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(cel("self.from < self.to", "from must be below to")),
+    )
+
+    from_: float = Field(alias="from", gt=0, le=100_000)
+    """The lowest load probed (probed first)."""
+    to: float = Field(gt=0, le=100_000)
+    """The highest load probed (probed second)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchBounds:
+        if self.from_ >= self.to:
+            raise ValueError(f"from ({self.from_:g}) must be below to ({self.to:g})")
+        return self
+
+
+class Search(Model):
+    """An adaptive search run after the stages (issue 17). `goal: breakEven` finds the highest load at
+    which the treatment still clears `minSpeedup`: bisection over `concurrency` or `rate` between
+    `from` and `to`, each probe a paired stage judged by the same statistics (verdict Pass = clears).
+    Run by `specdecode run --local` only; the operator refuses it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "has(self.concurrency) != has(self.rate)", "a search needs exactly one of concurrency or rate"
+            ),
+        )
+    )
+
+    goal: Literal["breakEven"] = "breakEven"
+    """`breakEven`: the highest load at which the treatment still clears `analysis.minSpeedup`."""
+    concurrency: SearchBounds | None = None
+    """Bisect over closed-loop concurrency (whole numbers) between these bounds."""
+    rate: SearchBounds | None = None
+    """Bisect over open-loop rate, requests/s, between these bounds."""
+    max_probes: int = Field(default=8, ge=2, le=16)
+    """The most probes (the bounds included) before the search stops with the bracket it has."""
+    tolerance: float = Field(default=0.25, gt=0, le=10)
+    """Rate searches stop when the bracket's upper load is within this fraction of its lower load
+    (concurrency searches stop at adjacent whole numbers)."""
+    requests_per_probe: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Measured requests of each probe (default `requestsPerStage`); sequential analysis may stop one earlier."""
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> Search:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a search needs exactly one of concurrency or rate")
+        if self.concurrency is not None and (
+            self.concurrency.from_ != int(self.concurrency.from_)
+            or self.concurrency.to != int(self.concurrency.to)
+        ):
+            raise ValueError("concurrency bounds must be whole numbers")
+        return self
+
+    @property
+    def axis(self) -> Literal["concurrency", "rate"]:
+        """The searched load."""
+        return "concurrency" if self.concurrency is not None else "rate"
+
+    @property
+    def bounds(self) -> SearchBounds:
+        """The searched range."""
+        bounds = self.concurrency if self.concurrency is not None else self.rate
+        assert bounds is not None
+        return bounds
+
+    def probe_stage(self, index: int, load: float) -> Stage:
+        """The paired stage of probe `index` (1-based) at `load`: `search<N>-c<load>` or `search<N>-r<load>`."""
+        name = f"search{index}-{sweep.stage_name(self.axis, load)}"
+        if self.axis == "concurrency":
+            return Stage(name=name, concurrency=int(load), requests=self.requests_per_probe)
+        return Stage(name=name, rate=load, requests=self.requests_per_probe)
+
+
 class WorkloadSpec(Model):
     """The load both arms receive: the same prompts, on the same schedule, with the same seed."""
 
     model_config = ConfigDict(
         json_schema_extra=_cel_extra(
             cel(
-                "self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
+                "!has(self.stages) || self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
                 "stage names must be unique",
-            )
+            ),
+            cel("has(self.stages) != has(self.sweep)", "set exactly one of stages or sweep"),
         )
     )
 
@@ -461,8 +630,12 @@ class WorkloadSpec(Model):
     """Where prompts come from."""
     sampling: Sampling = Field(default_factory=Sampling)
     """Sampling parameters of every request."""
-    stages: list[Stage] = Field(min_length=1, max_length=32)
-    """Load levels, in order; both arms get each stage at the same time."""
+    stages: list[Stage] = Field(default_factory=list, min_length=1, max_length=sweep.MAX_STAGES)
+    """Load levels, in order; both arms get each stage at the same time. Exactly one of `stages` or
+    `sweep`."""
+    sweep: Sweep | None = Field(default=None, exclude=True)
+    """Generate the stages instead of listing them: over `concurrency` or `rate`, a list of `values`
+    or `from`/`to`/`steps` (geometric). Exactly one of `stages` or `sweep`."""
     arrival: Arrival = Arrival.POISSON
     """Arrival process of open-loop stages."""
     burstiness: float = Field(default=1.0, gt=0, le=100)
@@ -475,6 +648,29 @@ class WorkloadSpec(Model):
     many requests (real vLLM pays a one-time cost at a new batch size)."""
     request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
     """A request that takes longer counts as an error (class `timeout`)."""
+    search: Search | None = None
+    """After the stages, search for the break-even load (`goal: breakEven`): bisection over
+    `concurrency` or `rate` between bounds, each probe a paired stage (`status.search`). `run --local` only."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sweep(cls, data: Any) -> Any:
+        """`sweep` becomes `stages` before anything else looks at them (issue 17)."""
+        if not isinstance(data, dict) or data.get("sweep") is None:
+            return data
+        if data.get("stages") is not None:
+            raise ValueError("set either stages or sweep, not both")
+        try:
+            generated = Sweep.model_validate(data["sweep"]).stage_documents()
+        except ValidationError:
+            return data  # the field's own errors are reported, with their paths
+        return {**data, "stages": generated}
+
+    @model_validator(mode="after")
+    def _has_stages(self) -> WorkloadSpec:
+        if not self.stages:
+            raise ValueError("needs stages (the load levels) or sweep")
+        return self
 
 
 # ------------------------------------------------------------------------------------------- analysis

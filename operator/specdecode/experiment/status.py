@@ -469,6 +469,29 @@ class Recommendation(StatusModel):
     """One line of explanation."""
 
 
+class SearchResult(StatusModel):
+    """The break-even search (`workload.search`): its probes, why it stopped, the break-even load."""
+
+    goal: str = "breakEven"
+    """The spec's `workload.search.goal`."""
+    axis: str
+    """`concurrency` or `rate`."""
+    ran: bool = False
+    """Probes were measured."""
+    reason: str | None = None
+    """Why it stopped: `Converged` (the bracket cannot be split further), `MaxProbes`, `BelowRange`
+    (the lower bound does not clear minSpeedup), `AboveRange` (the upper bound clears); or why it did
+    not run: `OneAfterTheOther` (arms measured one after the other), `NotMeasured` (no verdict), `ProbeFailed`."""
+    message: str | None = None
+    """One line: the bracket found, or why not."""
+    break_even: float | None = None
+    """The highest load measured to clear minSpeedup below the lowest that did not."""
+    first_failing: float | None = None
+    """The lowest load measured not to clear minSpeedup."""
+    probes: list[StageResult] = Field(default_factory=list)
+    """Each probe, in the order run: a paired stage with the same statistics as `stages`."""
+
+
 class CrossoverPlacement(StatusModel):
     """Where each arm ran in one round of the crossover (a node, or in `run --local` the GPUs)."""
 
@@ -608,5 +631,7 @@ class ExperimentStatus(StatusModel):
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
     degradations: list[Degradation] = Field(default_factory=list)
     """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
+    search: SearchResult | None = None
+    """The break-even search (`workload.search`; `run --local` only): probes, why it stopped, the load."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""

@@ -725,12 +725,31 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
     return problems
 
 
+#: why the operator refuses `workload.search` (issue 17)
+SEARCH_LOCAL_ONLY = (
+    "the break-even search runs in `specdecode run --local` only; the operator cannot run adaptive "
+    "probes yet: remove it, or list the loads (stages or sweep)"
+)
+
+
+def check_operator_support(s: spec.ExperimentSpec) -> list[Problem]:
+    """What a valid spec asks that only `run --local` does (the operator fails such a run InvalidSpec)."""
+    if s.workload.search is not None:
+        return [Problem("spec.workload.search", SEARCH_LOCAL_ONLY)]
+    return []
+
+
 def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> list[Problem]:
-    """`requireStages` must name existing stages."""
+    """`requireStages` must name existing stages; a break-even search needs a comparison."""
+    problems: list[Problem] = []
+    if workload.search is not None and analysis.mode is spec.AnalysisMode.NOISE_FLOOR:
+        problems.append(
+            Problem("spec.workload.search", "needs analysis.mode Compare: an A/A run has no break-even")
+        )
     if not isinstance(analysis.require_stages, list):
-        return []
+        return problems
     names = [stage.name for stage in workload.stages]
-    return [
+    return problems + [
         Problem(f"spec.analysis.requireStages[{i}]", f"{name!r} is not a stage" + _did_you_mean(name, names))
         for i, name in enumerate(analysis.require_stages)
         if name not in names

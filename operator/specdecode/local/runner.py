@@ -46,6 +46,7 @@ from specdecode.experiment import (
     placement,
     records,
     releases,
+    search,
     spec,
     status,
     validation,
@@ -172,6 +173,8 @@ class _Run:
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
         self.gpus: dict[spec.Arm, str] = {}
+        self.search: status.SearchResult | None = None
+        """`workload.search`: the break-even probes, run after the stages."""
         """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.status = ExperimentStatus(
             observed_generation=1,
@@ -244,6 +247,59 @@ class _Run:
         self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
         endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
         self._load(arms, endpoints)
+        self._search(arms, endpoints)
+
+    def _search(self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint]) -> None:
+        """`workload.search`: probes, one paired stage after another, until `search.step` stops (issue 17)."""
+        wanted = self.spec.workload.search
+        if wanted is None:
+            return
+        main_spec, main_validity = self.spec, self.validity
+        probes: list[search.Probe] = []
+        judged: list[status.StageResult] = []
+        try:
+            while True:
+                step = search.step(
+                    lower=wanted.bounds.from_,
+                    upper=wanted.bounds.to,
+                    whole=wanted.axis == "concurrency",
+                    probes=probes,
+                    max_probes=wanted.max_probes,
+                    tolerance=wanted.tolerance,
+                )
+                self.search = status.SearchResult(
+                    axis=wanted.axis,
+                    ran=bool(probes),
+                    reason=step.reason,
+                    message=step.message or None,
+                    break_even=step.break_even,
+                    first_failing=step.first_failing,
+                    probes=list(judged),
+                )
+                if step.next_load is None:
+                    self.view.message(search.describe(self.search))
+                    return
+                stage = wanted.probe_stage(len(probes) + 1, step.next_load)
+                workload = main_spec.workload.model_copy(update={"stages": [stage], "warmup_requests": 0})
+                self.spec = main_spec.model_copy(update={"workload": workload})
+                self.view.message(f"search: probe {len(probes) + 1} at {stage.load_label}")
+                before = len(self.records)
+                result = self._load(arms, endpoints, suffix=f"-{stage.name}")
+                measured = [r for r in self.records[before:] if r.stage == stage.name and not r.warmup]
+                window = next((w for w in result.windows if w.stage == stage.name), None)
+                outcome = verdict.analyse_stage(
+                    self.spec,
+                    stage,
+                    measured,
+                    window,
+                    validity=result.summary.get("validity"),
+                    seed=main_spec.engine.seed + 1000 + len(probes),
+                )
+                probes.append(search.Probe(step.next_load, outcome.verdict is status.StageVerdict.PASS))
+                judged.append(outcome)
+                self.view.message(f"search: {stage.name} {outcome.verdict.value}")
+        finally:
+            self.spec, self.validity = main_spec, main_validity
 
     def _load_one_after_the_other(self, arms: engines.Engines) -> None:
         """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
@@ -394,11 +450,29 @@ class _Run:
                 "degradations": _degradations(arms),
             }
         )
+        if self.spec.workload.search is not None:
+            judged = self._with_search(judged)
         if self.loads:
             judged = self._one_after_the_other(judged)
         self.windows = windows
         self._write(judged)
         return judged
+
+    def _with_search(self, judged: ExperimentStatus) -> ExperimentStatus:
+        """The search's result in status; the recommendation rests on the probes as well as the stages."""
+        wanted = self.spec.workload.search
+        assert wanted is not None
+        found = self.search
+        if found is None:  # one after the other: both arms are never up together to probe
+            found = status.SearchResult(
+                axis=wanted.axis,
+                reason="OneAfterTheOther",
+                message="the arms ran one after the other (GPUs for one arm only): no paired probe can be run",
+            )
+        update: dict[str, Any] = {"search": found}
+        if found.probes and judged.verdict is not None:
+            update["recommendation"] = verdict.recommend(self.spec, [*judged.stages, *found.probes])
+        return judged.model_copy(update=update)
 
     def _crossover(
         self, arms: engines.Engines, analysis: verdict.Analysis

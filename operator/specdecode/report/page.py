@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from specdecode.experiment import breakeven, placement
+from specdecode.experiment import breakeven, placement, search
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -436,6 +436,8 @@ def render_html(
             reference_label=f"minSpeedup {spec.analysis.min_speedup:g}",
         )
     )
+    if status.search is not None:
+        body.append("<h2>Break-even search</h2><p>" + escape(search.describe(status.search)) + "</p>")
     rec = status.recommendation
     if rec is not None:
         body.append("<h2>Recommendation</h2><p>" + escape(rec.note or "") + "</p>")

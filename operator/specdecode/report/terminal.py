@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import breakeven, degradations, placement
+from specdecode.experiment import breakeven, degradations, placement, search
 from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor
 
 _STYLE = {
@@ -148,6 +148,8 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         if warning is not None:
             parts.append(Text(f"placement: {warning}", style="yellow"))
     parts.extend(_crossover(status))
+    if status.search is not None:
+        parts.append(Text(search.describe(status.search)))
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"

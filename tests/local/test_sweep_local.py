@@ -1,0 +1,127 @@
+"""`workload.sweep` end to end: `specdecode run --local` on the simulator runs the generated stages (issue 17)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from specdecode import cli
+from specdecode.experiment import documents, status
+from specdecode.local import runner as local_runner
+from specdecode.local import view
+from tests.factories import experiment_document
+
+
+def test_a_concurrency_sweep_runs_its_generated_stages_in_ascending_load(tmp_path: Path) -> None:
+    document = experiment_document(
+        model="sim/llama-8b",
+        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
+        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        workload={
+            "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
+            "sampling": {"maxTokens": 64},
+            "sweep": {"concurrency": {"values": [64, 1]}},
+            "requestsPerStage": 60,
+            "warmupRequests": 2,
+        },
+        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        deadlines={"deploy": "1m", "run": "5m"},
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == 0
+    status = json.loads((out / "result.json").read_text())
+    assert status["phase"] == "Completed", status["message"]
+    stages = {s["name"]: s for s in status["stages"]}
+    assert list(stages) == ["c1", "c64"]  # ascending load, whatever order the values were listed in
+    # the profile's measured shape: a clear win at concurrency 1, none at 64
+    assert stages["c1"]["verdict"] == "Pass"
+    assert stages["c64"]["verdict"] != "Pass"
+    assert stages["c1"]["speedup"]["estimate"] > stages["c64"]["speedup"]["estimate"]
+    assert status["verdict"] == "Promote"
+    loads = {json.loads(line)["stage"] for line in (out / "requests.jsonl").read_text().splitlines()}
+    assert {"c1", "c64"} <= loads
+
+
+def test_the_break_even_search_lands_within_one_step_of_the_crossover_the_explicit_stages_show(
+    tmp_path: Path,
+) -> None:
+    """One run: a doubling sweep 1..64 (the explicit stages), then the search over the same range."""
+    document = experiment_document(
+        model="sim/llama-8b",
+        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
+        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        workload={
+            "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
+            "sampling": {"maxTokens": 64},
+            "sweep": {"concurrency": {"from": 1, "to": 64, "steps": 7}},
+            "search": {"goal": "breakEven", "concurrency": {"from": 1, "to": 64}},
+            "requestsPerStage": 60,
+            "warmupRequests": 2,
+        },
+        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        deadlines={"deploy": "1m", "run": "10m"},
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == 0
+    status = json.loads((out / "result.json").read_text())
+    assert status["phase"] == "Completed", status["message"]
+
+    # where the explicit stages put the crossover: the last Pass before the first stage that is not one
+    stages = status["stages"]
+    assert [s["name"] for s in stages] == ["c1", "c2", "c4", "c8", "c16", "c32", "c64"]
+    loads = [int(s["name"][1:]) for s in stages]
+    first_not = next((i for i, s in enumerate(stages) if s["verdict"] != "Pass"), len(stages))
+    assert first_not > 0, "the profile clears minSpeedup at concurrency 1"
+    last_pass = loads[first_not - 1]
+    first_failing = loads[first_not] if first_not < len(stages) else None
+
+    found = status["search"]
+    assert found["ran"] is True and found["axis"] == "concurrency"
+    assert found["reason"] in {"Converged", "MaxProbes"}, found["message"]
+    probes = found["probes"]
+    assert [p["name"] for p in probes[:2]] == ["search1-c1", "search2-c64"]  # the bounds first
+    assert 3 <= len(probes) <= 8
+    assert all(p["speedup"]["n"] > 0 for p in probes)  # each probe a measured paired stage
+    break_even = found["breakEven"]
+    assert break_even is not None and found["firstFailing"] is not None
+    assert break_even < found["firstFailing"]
+    # within one probe step (the sweep's factor 2) of the explicit bracket
+    assert last_pass / 2 <= break_even <= (first_failing or 64) * 2, (
+        last_pass,
+        first_failing,
+        found["message"],
+    )
+    if found["reason"] == "Converged":
+        assert found["firstFailing"] == break_even + 1
+
+    # the recommendation rests on the measured loads around the crossover, probes included
+    by_name = {p["name"]: p for p in [*stages, *probes]}
+    upto = status["recommendation"]["beneficialUpTo"]
+    assert by_name[upto]["verdict"] == "Pass"
+    recorded = {json.loads(line)["stage"] for line in (out / "requests.jsonl").read_text().splitlines()}
+    assert {p["name"] for p in probes} <= recorded
+    assert "Break-even search" in (out / "report.html").read_text()
+
+
+def test_arms_run_one_after_the_other_say_the_search_did_not_run(tmp_path: Path) -> None:
+    """One GPU: both arms are never up together, so no paired probe; the status says so, never silence."""
+    document = experiment_document(
+        workload={
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "search": {"goal": "breakEven", "concurrency": {"from": 1, "to": 8}},
+        }
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    experiment = documents.load_experiment(path)
+    run_ = local_runner._Run(experiment, local_runner.Options(out=tmp_path / "out"), view.make_view("quiet"))
+    judged = run_._with_search(status.ExperimentStatus(phase=status.Phase.COMPLETED))
+    assert judged.search is not None
+    assert (judged.search.ran, judged.search.reason, judged.search.probes) == (False, "OneAfterTheOther", [])
+    assert judged.recommendation is None  # nothing measured by the search to rest on
