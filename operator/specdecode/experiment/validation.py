@@ -548,6 +548,18 @@ def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
     return problems
 
 
+def batch_schedule_k(schedule: Sequence[Sequence[int]], batch: int, *, k: int) -> int:
+    """k at `batch` running requests under a valid schedule, as vLLM looks it up (reference §1.6): the
+    last range starting at or below `batch` applies (gaps and the tail carry its k forward), capped
+    at `k`; `k` itself under an empty schedule."""
+    found = k
+    for start, _end, ranged in sorted(tuple(entry) for entry in schedule):
+        if start > batch:
+            break
+        found = min(ranged, k)
+    return found
+
+
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
     """Flags in `engine.args` that the operator owns, simulator settings, and where weights come from."""
     problems: list[Problem] = []
