@@ -89,6 +89,49 @@ def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counter
     assert 0.4 < acceptance["rate"] < 0.8
 
 
+def test_confirm_reruns_the_stages_with_the_recommended_schedule_and_confirms_it(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny"},
+        stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}],
+        requests=64,
+        requireStages="any",
+        confirm=True,
+    )
+    document = yaml.safe_load(path.read_text())
+    # longer prompts: their draft prefill makes speculation lose clearly at c64 (about 0.86x)
+    document["spec"]["workload"]["dataset"]["inputTokens"] = 256
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert [s["verdict"] for s in status["stages"]] == ["Pass", "Fail"], status["message"]
+    rec = status["recommendation"]
+    assert rec["numSpeculativeTokensPerBatchSize"] == [[1, 1, 4], [2, 4096, 0]]
+    assert rec["confirmed"] is True and rec["confirmationReason"] == "Confirmed", rec
+    rounds = {c["name"]: c for c in rec["confirmation"]}
+    assert (rounds["c1"]["k"], rounds["c1"]["verdict"]) == (4, "Pass")
+    # the schedule turns speculation off at c64: the treatment is the control's equal there
+    c64 = rounds["c64"]
+    assert (c64["k"], c64["threshold"]) == (0, 0.98)
+    assert 0.9 <= c64["speedup"]["estimate"] <= 1.1
+    # the restarted treatment honoured the schedule (drafts at c1, almost none at c64), on the same prompts
+
+    def plan(directory: Path) -> Any:
+        return json.loads((directory / "loadgen-summary.json").read_text())["plan"]
+
+    assert plan(out / "confirmation") == plan(out)  # same seed, salt and stages: the same prompts
+    second = [json.loads(line) for line in (out / "confirmation" / "requests.jsonl").read_text().splitlines()]
+
+    def drafted(stage: str) -> float:
+        mine = [r for r in second if r["stage"] == stage and r["arm"] == "treatment" and r["ok"]]
+        return sum(r["spec_decode"]["num_draft_tokens"] for r in mine) / sum(
+            r["completion_tokens"] for r in mine
+        )
+
+    assert drafted("c1") > 0.5 and drafted("c64") < 0.05
+
+
 def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-1b"})
     out = tmp_path / "out"

@@ -19,7 +19,7 @@ from typing import Any
 from specdecode.controller import observe, prometheus, results
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, promql, reconcile, records, spec, status, verdict
+from specdecode.experiment import confirm, manifests, promql, reconcile, records, spec, status, verdict
 from specdecode.report import page
 
 
@@ -231,7 +231,11 @@ async def collect(
         )
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
-    judged = analysis.apply(current)
+    # analysis.confirm: the confirmation round runs in `specdecode run --local` only, for now.
+    recommendation = confirm.unless_run(
+        experiment, analysis.recommendation, confirm.Reason.NOT_SUPPORTED_BY_OPERATOR
+    )
+    judged = analysis.apply(current).model_copy(update={"recommendation": recommendation})
     message = analysis.message
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
@@ -243,7 +247,7 @@ async def collect(
         reason=str(analysis.reason),
         message=message,
         stages=analysis.stages,
-        recommendation=analysis.recommendation,
+        recommendation=recommendation,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,

@@ -579,6 +579,12 @@ class AnalysisSpec(Model):
     """`all`, `any`, or a list of stage names that must pass for Promote."""
     sequential: bool = True
     """Stop a stage early once its decision can no longer change (error guarantee holds under the looks)."""
+    confirm: bool = False
+    """After the stages, restart the treatment with the recommended `num_speculative_tokens_per_batch_size`
+    and run the stages against the control again; `status.recommendation.confirmed` is true only if no
+    stage of that round Fails (stages where the schedule turns speculation off are judged as
+    non-inferior, speed-up >= 0.98). `specdecode run --local` only, for now: the operator reports
+    the confirmation as not run (NotSupportedByOperator)."""
 
     @field_validator("require_stages")
     @classmethod

@@ -5,6 +5,12 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
+`analysis.confirm` (both arms started here at once): after the verdict, the treatment is restarted
+with the recommended `num_speculative_tokens_per_batch_size` and the stages run against the control
+again (same plan and salt, so the same prompts and schedule; no early stop) into `DIR/confirmation/`; `confirm.py`
+judges that round into `status.recommendation` (`confirmed`, `confirmationReason`, `confirmation`).
+The first round's verdict and files are written before it and stand whatever the round does.
+
 Whatever happens, every process started here is stopped (`engines.py`), and what was measured
 stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
 phase Failed and the cause (exit 3; 130 on Ctrl-C, SIGTERM or SIGHUP).
@@ -39,7 +45,17 @@ from rich.console import Console
 from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import documents, placement, records, releases, spec, status, validation, verdict
+from specdecode.experiment import (
+    confirm,
+    documents,
+    placement,
+    records,
+    releases,
+    spec,
+    status,
+    validation,
+    verdict,
+)
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
@@ -47,6 +63,8 @@ from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
 EXPERIMENT_FILE = "experiment.yaml"
+#: `analysis.confirm`: the confirmation round's load (requests.jsonl, windows.json) under DIR
+CONFIRMATION_DIR = "confirmation"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -157,6 +175,8 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
+        self.gpus: dict[spec.Arm, str] | None = None
+        """Both arms started here at once (their GPUs, if any): the confirmation round can restart the treatment."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -192,6 +212,7 @@ class _Run:
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
             self._load_together(arms, gpus)
+            self.gpus = gpus
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
@@ -364,7 +385,67 @@ class _Run:
             judged = self._one_after_the_other(judged)
         self.windows = windows
         self._write(judged)
+        if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
+            update: dict[str, Any] = {}
+            try:
+                update["recommendation"] = self._confirmation(arms, judged)
+            except (engines.EngineError, ArmFailure) as exc:  # the first round's verdict stands
+                update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
+                update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
+            judged = judged.model_copy(update=update)
+            self._write(judged)
         return judged
+
+    # ------------------------------------------------------------------------------- confirmation
+
+    def _confirmation(self, arms: engines.Engines, judged: ExperimentStatus) -> status.Recommendation:
+        """`analysis.confirm`: the treatment restarted with the recommended schedule, the stages again
+        against the control (same prompts and schedule), judged by `confirm`; or why it was not run."""
+        rec = judged.recommendation
+        schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
+        if rec is None or schedule is None:
+            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
+        if self.options.control_url is not None:
+            return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE)
+        if self.gpus is None:
+            return confirm.not_run(rec, confirm.Reason.ARMS_ONE_AFTER_THE_OTHER)
+        planned = confirm.plan(self.spec, judged.stages, schedule)
+        second = confirm.treatment_spec(self.spec, schedule)
+        self.view.message(
+            f"confirmation: restarting the treatment with num_speculative_tokens_per_batch_size={schedule}"
+        )
+        left = arms.stop(spec.Arm.TREATMENT)
+        if left:
+            raise engines.EngineError(f"the treatment arm's processes {left} survived SIGKILL")
+        arms.spec = second
+        started = arms.start(spec.Arm.TREATMENT, gpus=self.gpus.get(spec.Arm.TREATMENT))
+        self.view.message(f"started the treatment arm: {' '.join(started.argv)}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds, [spec.Arm.TREATMENT])
+        plan = plan_mod.plan_from_spec(
+            second,
+            self.experiment.source.parent if self.experiment.source else Path.cwd(),
+            scrape_metrics=True,
+            salt=f"{self.spec.engine.seed}-local",
+        )
+
+        def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
+            """No early stop: the round judges each stage on all its pairs (`confirm`)."""
+            self.view.note_speedup(stage, list(recs))
+            return False
+
+        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        out = self.out / CONFIRMATION_DIR
+        self.view.start()
+        try:
+            result = asyncio.run(self._watched(plan, endpoints, out, arms, decided))
+        finally:
+            self.view.stop()
+        stages = confirm.judge(
+            second, planned, _read_records(out), result.windows, validity=result.summary.get("validity")
+        )
+        folded = confirm.fold(rec, stages)
+        self.view.message(confirm.summary(folded))
+        return folded
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
         """Arms one after the other: the message says that pairs were not simultaneous."""
