@@ -302,3 +302,20 @@ def test_a_treatment_identical_to_the_control_on_a_slower_node_is_flagged(
     speedup = status["stages"][0]["speedup"]
     assert speedup["estimate"] == pytest.approx(1 / 1.1, abs=0.03)
     assert speedup["ciHigh"] < 1.0
+
+
+def test_confirm_with_arms_given_by_url_says_the_round_was_not_run(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20, confirm=True)
+    control, control_url = start_simulator_node(tmp_path, "control", 1.0)
+    treatment, treatment_url = start_simulator_node(tmp_path, "treatment", 1.0)
+    try:
+        out = tmp_path / "out"
+        code = run(path, out, "--control-url", control_url, "--treatment-url", treatment_url)
+    finally:
+        for process in (control, treatment):
+            process.terminate()
+            process.wait(15)
+    assert code == 0
+    rec = result(out)["recommendation"]
+    assert rec["confirmationReason"] == "ArmsNotStartedHere" and "confirmed" not in rec
+    assert not (out / "confirmation").exists()

@@ -15,7 +15,15 @@ from specdecode import cli, exit_status
 from specdecode.experiment import placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
+from specdecode.experiment.status import (
+    ArmHosts,
+    ConfirmationStage,
+    Environment,
+    ExperimentStatus,
+    Host,
+    Speedup,
+    StageVerdict,
+)
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -218,3 +226,29 @@ def test_terminal_says_where_each_arm_ran_and_warns_when_the_hosts_differ(finish
     assert "hosts: control on gpu-0, treatment on gpu-1" in text
     assert "placement: the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))" in text
     assert "placement:" not in shown(placed(finished[0], "gpu-0"))
+
+
+def test_the_confirmation_round_shows_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    assert status.recommendation is not None
+    rec = status.recommendation.model_copy(
+        update={
+            "confirmed": False,
+            "confirmation_reason": "Refuted",
+            "confirmation": [
+                ConfirmationStage(
+                    name="c16",
+                    k=0,
+                    threshold=0.98,
+                    speedup=Speedup(metric="tpot", estimate=0.9, n=60),
+                    verdict=StageVerdict.FAIL,
+                )
+            ],
+        }
+    )
+    status = status.model_copy(update={"recommendation": rec})
+    line = "confirmation Refuted: c16 0.90x Fail (k=0, >= 0.98)"
+    assert line in terminal_text(status)
+    assert line.replace(">", "&gt;") in render_html(status, records, windows, spec)

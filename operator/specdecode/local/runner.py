@@ -403,12 +403,12 @@ class _Run:
         against the control (same prompts and schedule), judged by `confirm`; or why it was not run."""
         rec = judged.recommendation
         schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
-        if rec is None or schedule is None:
-            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
         if self.options.control_url is not None:
             return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE)
         if self.gpus is None:
             return confirm.not_run(rec, confirm.Reason.ARMS_ONE_AFTER_THE_OTHER)
+        if rec is None or schedule is None:
+            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
         planned = confirm.plan(self.spec, judged.stages, schedule)
         second = confirm.treatment_spec(self.spec, schedule)
         self.view.message(
