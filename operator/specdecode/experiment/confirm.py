@@ -57,8 +57,6 @@ class Reason(StrEnum):
     """The recommendation has no schedule to confirm."""
     ARMS_NOT_STARTED_HERE = "ArmsNotStartedHere"
     """The arms were given as URLs: the treatment cannot be restarted with the schedule."""
-    ARMS_ONE_AFTER_THE_OTHER = "ArmsOneAfterTheOther"
-    """Too few GPUs for both arms at once: the round is not run in that mode yet."""
     NOT_SUPPORTED_BY_OPERATOR = "NotSupportedByOperator"
     """The operator does not run the round yet (`specdecode run --local` does)."""
 

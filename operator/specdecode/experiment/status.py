@@ -432,8 +432,7 @@ class Recommendation(StatusModel):
     `confirmationReason`)."""
     confirmation_reason: str | None = None
     """`analysis.confirm`: Confirmed, Refuted, NotMeasured, RoundFailed (an arm failed in the round;
-    the message says why), NoSchedule (nothing to confirm),
-    ArmsNotStartedHere (`--control-url`), ArmsOneAfterTheOther (too few GPUs for both arms) or
+    the message says why), NoSchedule (nothing to confirm), ArmsNotStartedHere (`--control-url`) or
     NotSupportedByOperator (the confirmation round runs in `specdecode run --local` only, for now)."""
     confirmation: list[ConfirmationStage] = Field(default_factory=list)
     """`analysis.confirm`: each stage of the confirmation round."""

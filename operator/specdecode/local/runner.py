@@ -5,9 +5,10 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
-`analysis.confirm` (both arms started here at once): after the verdict, the treatment is restarted
-with the recommended `num_speculative_tokens_per_batch_size` and the stages run against the control
-again (same plan and salt, so the same prompts and schedule; no early stop) into `DIR/confirmation/`; `confirm.py`
+`analysis.confirm` (arms started here): after the verdict, the treatment is restarted with the
+recommended `num_speculative_tokens_per_batch_size` and the stages run against the control again
+(same plan and salt, so the same prompts and schedule; no early stop) into `DIR/confirmation/`; one
+GPU: the treatment alone, paired with the control's first-round requests; `confirm.py`
 judges that round into `status.recommendation` (`confirmed`, `confirmationReason`, `confirmation`).
 The first round's verdict and files are written before it and stand whatever the round does.
 
@@ -176,7 +177,7 @@ class _Run:
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
         self.gpus: dict[spec.Arm, str] | None = None
-        """Both arms started here at once (their GPUs, if any): the confirmation round can restart the treatment."""
+        """Both arms started here side by side: their GPUs (none for the simulator)."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -400,13 +401,15 @@ class _Run:
 
     def _confirmation(self, arms: engines.Engines, judged: ExperimentStatus) -> status.Recommendation:
         """`analysis.confirm`: the treatment restarted with the recommended schedule, the stages again
-        against the control (same prompts and schedule), judged by `confirm`; or why it was not run."""
+        against the control (same prompts and schedule), judged by `confirm`; or why it was not run.
+
+        Arms one after the other (too few GPUs for both): only the treatment runs again, paired with
+        the control measured in the first round, as the first round pairs them.
+        """
         rec = judged.recommendation
         schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
         if self.options.control_url is not None:
             return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE)
-        if self.gpus is None:
-            return confirm.not_run(rec, confirm.Reason.ARMS_ONE_AFTER_THE_OTHER)
         if rec is None or schedule is None:
             return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
         planned = confirm.plan(self.spec, judged.stages, schedule)
@@ -414,13 +417,42 @@ class _Run:
         self.view.message(
             f"confirmation: restarting the treatment with num_speculative_tokens_per_batch_size={schedule}"
         )
-        left = arms.stop(spec.Arm.TREATMENT)
-        if left:
-            raise engines.EngineError(f"the treatment arm's processes {left} survived SIGKILL")
         arms.spec = second
-        started = arms.start(spec.Arm.TREATMENT, gpus=self.gpus.get(spec.Arm.TREATMENT))
+        out = self.out / CONFIRMATION_DIR
+        treatment = spec.Arm.TREATMENT
+        if self.gpus is not None:  # both arms side by side: the control keeps serving
+            left = arms.stop(treatment)
+            if left:
+                raise engines.EngineError(f"the treatment arm's processes {left} survived SIGKILL")
+            started = arms.start(treatment, gpus=self.gpus.get(treatment))
+        else:
+            started = arms.start(treatment, gpus=",".join(str(i) for i in range(self._gpus_per_arm())))
         self.view.message(f"started the treatment arm: {' '.join(started.argv)}")
-        arms.wait_healthy(self.spec.deadlines.deploy_seconds, [spec.Arm.TREATMENT])
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds, [treatment])
+        endpoints = {
+            arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items() if not state.stopped
+        }
+        result = self._round_load(second, arms, endpoints, out)
+        found = _read_records(out)
+        windows, validity = result.windows, result.summary.get("validity")
+        if self.gpus is None:
+            control = self.loads[spec.Arm.CONTROL]
+            found = [r for r in self.records if r.arm == spec.Arm.CONTROL.value] + found
+            windows = _merged_windows(control.windows, result.windows)
+            validity = _merged_validity(control.summary.get("validity"), validity)
+            arms.stop(treatment)
+        folded = confirm.fold(rec, confirm.judge(second, planned, found, windows, validity=validity))
+        self.view.message(confirm.summary(folded))
+        return folded
+
+    def _round_load(
+        self,
+        second: spec.ExperimentSpec,
+        arms: engines.Engines,
+        endpoints: dict[str, runner.Endpoint],
+        out: Path,
+    ) -> runner.RunResult:
+        """The confirmation round's load: the first round's plan and salt, no early stop (`confirm`)."""
         plan = plan_mod.plan_from_spec(
             second,
             self.experiment.source.parent if self.experiment.source else Path.cwd(),
@@ -429,23 +461,14 @@ class _Run:
         )
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-            """No early stop: the round judges each stage on all its pairs (`confirm`)."""
             self.view.note_speedup(stage, list(recs))
             return False
 
-        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
-        out = self.out / CONFIRMATION_DIR
         self.view.start()
         try:
-            result = asyncio.run(self._watched(plan, endpoints, out, arms, decided))
+            return asyncio.run(self._watched(plan, endpoints, out, arms, decided))
         finally:
             self.view.stop()
-        stages = confirm.judge(
-            second, planned, _read_records(out), result.windows, validity=result.summary.get("validity")
-        )
-        folded = confirm.fold(rec, stages)
-        self.view.message(confirm.summary(folded))
-        return folded
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
         """Arms one after the other: the message says that pairs were not simultaneous."""
