@@ -19,6 +19,12 @@ def test_valid_files_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, *map(str, EXAMPLES))
     assert code == 0 and err == ""
     assert out.count(": valid") == len(EXAMPLES)
+    noise_floor = next(
+        line for line in out.splitlines() if line.startswith(str(EXAMPLES[0].parent / "noise-floor"))
+    )
+    assert noise_floor.endswith(
+        "valid (analysis.mode NoiseFloor: an A/A run; spec.speculative is validated, not used)"
+    )
 
 
 def test_invalid_file_exits_two_with_one_line_per_problem(

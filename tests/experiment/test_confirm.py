@@ -17,11 +17,14 @@ SCHEDULE = [[1, 1, 5], [2, 4096, 0]]
 
 
 def make_document(
-    *, speculative: dict[str, Any] | None = None, engine: dict[str, Any] | None = None
+    *,
+    speculative: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
+    analysis: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     doc = experiment_document(
         workload={"stages": [{"name": "c1", "concurrency": 1}, {"name": "c16", "concurrency": 16}]},
-        analysis={"confirm": True},
+        analysis={"confirm": True, **(analysis or {})},
     )
     if speculative is not None:
         doc["spec"]["speculative"] = speculative
@@ -199,6 +202,7 @@ def test_confirm_is_accepted_for_a_method_and_release_that_honour_the_schedule()
             },
             "speculative.extra.num_speculative_tokens_per_batch_size is set",
         ),
+        ({"analysis": {"mode": "NoiseFloor"}}, "a NoiseFloor run does not speculate"),
     ],
 )
 def test_confirm_is_refused_where_it_cannot_work(kwargs: dict[str, Any], fragment: str) -> None:

@@ -15,7 +15,8 @@ def test_the_required_examples_exist() -> None:
             kinds.add(experiment.spec.speculative.method.value)
             if experiment.spec.engine.simulator is not None:
                 kinds.add("simulator")
-    assert {"draft_model", "ngram", "simulator"} <= kinds
+            kinds.add(experiment.spec.analysis.mode.value)
+    assert {"draft_model", "ngram", "simulator", "NoiseFloor"} <= kinds
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -56,6 +56,22 @@ def test_arms_differ_only_in_the_speculative_flags() -> None:
     assert strip_arm(control) == strip_arm(treatment)
 
 
+def test_a_noise_floor_run_renders_no_speculative_config_in_either_arm() -> None:
+    """An A/A run: the two arms are the same server, on vLLM and on the simulator."""
+    for engine in ({}, {"simulator": {"profile": "h200-8b-draft-tiny", "batchVarianceRate": 0.15}}):
+        s = experiment(engine=engine, analysis={"mode": "NoiseFloor"})
+        control = manifests.build_deployment("exp", s, spec.Arm.CONTROL, SETTINGS)
+        treatment = manifests.build_deployment("exp", s, spec.Arm.TREATMENT, SETTINGS)
+        for deployment in (control, treatment):
+            args = pod_spec(deployment)["containers"][0]["args"]
+            assert "--speculative-config" not in args
+            assert "--per-request-spec-decode-metrics" not in args
+        assert strip_arm(control) == strip_arm(treatment)
+        if engine:
+            args = pod_spec(control)["containers"][0]["args"]
+            assert args[args.index("--batch-variance-rate") + 1] == "0.15"
+
+
 def test_both_arms_get_the_fair_common_flags() -> None:
     argv = manifests.serve_args(experiment(servedModelName="qwen"), spec.Arm.CONTROL)
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-4B-Thinking-2507"]

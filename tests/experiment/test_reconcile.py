@@ -205,6 +205,22 @@ def test_a_verdict_completes_the_experiment_and_cleans_up() -> None:
     assert decision.events[0].reason == "Promote"
 
 
+def test_an_a_a_run_completes_with_its_noise_floor_in_status() -> None:
+    nf = status.NoiseFloor(
+        min_speedup=1.1,
+        stages=[status.StageNoiseFloor(name="low", pairs=300, speedup=1.0, mismatch_rate=0.2)],
+        suggested_baseline_mismatch_rate=0.25,
+    )
+    aa = reconcile.Judgement(
+        verdict=Verdict.INCONCLUSIVE, reason="NoiseFloor", message="noise floor (A/A): ...", noise_floor=nf
+    )
+    decision = reconcile.decide(subject(), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=aa), T0)
+    st = decision.status
+    assert st.phase is Phase.COMPLETED and st.reason == "NoiseFloor"
+    assert st.wire()["noiseFloor"]["suggestedBaselineMismatchRate"] == 0.25
+    assert condition(st, "Promoted").status == "False"
+
+
 @pytest.mark.parametrize("verdict", [Verdict.REJECT, Verdict.INCONCLUSIVE])
 def test_only_promote_sets_promoted(verdict: Verdict) -> None:
     decision = reconcile.decide(subject(), at(Phase.ANALYZING), Observed(analysis=judgement(verdict)), T0)

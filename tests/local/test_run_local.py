@@ -151,6 +151,28 @@ def test_a_lossy_treatment_is_rejected_for_output_mismatch(tmp_path: Path) -> No
     assert status["stages"][0]["outputMatch"] < 0.9
 
 
+def test_a_noise_floor_run_measures_two_identical_servers(tmp_path: Path) -> None:
+    """An A/A pre-flight on the simulator: no speculation in either arm, every request of each stage
+    measured, greedy outputs of identical servers disagree at about 1 - (1 - p)^2."""
+    simulator = {"profile": "h200-8b-draft-tiny", "batchVarianceRate": 0.15}
+    path = write_experiment(tmp_path, simulator=simulator, requests=80, mode="NoiseFloor", minSpeedup=1.1)
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert status["phase"] == "Completed" and status["verdict"] == "Inconclusive"
+    assert status["reason"] == "NoiseFloor" and status["message"].startswith("noise floor (A/A)")
+    stage = status["noiseFloor"]["stages"][0]
+    assert stage["pairs"] == 80  # no sequential stop in an A/A run
+    assert stage["ciLow"] <= 1.0 <= stage["ciHigh"] and stage["equivalent"] is True
+    assert stage["measurable"] is True and stage["minDetectable"] < 1.1
+    assert 0.1 < stage["mismatchRate"] < 0.5  # 1 - 0.85^2 = 28% expected
+    assert stage["mismatchCiLow"] < 0.28 < stage["mismatchCiHigh"]
+    assert status["noiseFloor"]["suggestedBaselineMismatchRate"] >= stage["mismatchRate"]
+    assert "acceptance" not in status["stages"][0]  # neither arm drafted
+    page = (out / "report.html").read_text()
+    assert "<h2>Noise floor (A/A)</h2>" in page and "guardrails.baselineMismatchRate: " in page
+
+
 def test_invalid_files_exit_two_before_starting_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

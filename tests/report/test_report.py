@@ -129,6 +129,29 @@ def test_per_category_rows_show_in_the_terminal_and_the_report(spec: ExperimentS
     assert "category" not in render_html(plain, [], [], spec)
 
 
+def test_an_a_a_run_shows_its_noise_floor_table_in_the_terminal_and_the_report() -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"mode": "NoiseFloor"}))
+    records, windows = synthetic.run(spec, speedup=1.0, n=60, mismatch_rate=0.3)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    nf = status.noise_floor
+    assert nf is not None and nf.suggested_baseline_mismatch_rate is not None
+    low = nf.stages[0]
+    assert low.speedup is not None and low.min_detectable is not None and low.mismatch_rate is not None
+    text = terminal_text(status)
+    assert "noise floor (A/A" in text and "mismatch [CI]" in text
+    assert f"{low.speedup:.3f}x [{low.ci_low:.3f}, {low.ci_high:.3f}]" in text
+    assert f"{low.min_detectable:.3f}x" in text and f"{100 * low.mismatch_rate:.1f}% [" in text
+    assert f"baselineMismatchRate: {nf.suggested_baseline_mismatch_rate:.3f}" in text
+    html = render_html(status, records, windows, spec)
+    assert "<h2>Noise floor (A/A)</h2>" in html and "<th>min detectable</th>" in html
+    assert "k=5 (not used: an A/A run" in html
+    assert f"{low.mismatch_rate:.1%} [" in html and f"({low.mismatches}/{low.compared})" in html
+    plain, _ = validation.parse_experiment(experiment_document())
+    compared = verdict.analyse(plain, records, windows).apply(ExperimentStatus())
+    assert "Noise floor" not in render_html(compared, records, windows, plain)
+    assert "noise floor (A/A" not in terminal_text(compared)
+
+
 def test_the_report_shows_where_mismatched_outputs_first_differ(spec: ExperimentSpec) -> None:
     records, windows = synthetic.run(spec, n=30)
     low = [r for r in records if r.stage == "low"]

@@ -58,6 +58,38 @@ def test_output_mismatch_rate_makes_about_that_fraction_of_treatment_outputs_div
         assert len(x.split()) == len(y.split()) == 30
 
 
+def test_batch_variance_rate_makes_identical_servers_disagree_on_about_that_fraction_of_outputs(
+    start_sim: StartSim,
+) -> None:
+    """Two servers without speculation: each request diverges with probability p, per arm (x-request-id)."""
+    p = 0.3
+    control = start_sim(*FAST, "--batch-variance-rate", str(p))
+    twin = start_sim(*FAST, "--batch-variance-rate", str(p))
+
+    def answers(sim: Sim, arm: str) -> list[str]:
+        out = []
+        for i, prompt in enumerate(PROMPTS):
+            body = {"model": "m", "prompt": prompt, "max_tokens": 30}
+            status, answer = sim.post("/v1/completions", body, {"x-request-id": f"s-c4-{i}-{arm}"})
+            assert status == 200, answer
+            out.append(answer["choices"][0]["text"])
+        return out
+
+    deterministic = texts(start_sim(*FAST), PROMPTS)
+    a, b = answers(control, "control"), answers(twin, "treatment")
+    # Each arm alone: about p of its answers leave the deterministic text (40 prompts, p = 0.3: 12 expected).
+    for arm in (a, b):
+        changed = sum(x != y for x, y in zip(arm, deterministic, strict=True))
+        assert 3 <= changed <= 22
+    # Between the arms: about 1 - (1 - p)^2 = 51% of pairs differ, where they do at a word boundary.
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    assert 10 <= len(differ) <= 32
+    assert all(len(x.split()) == len(y.split()) == 30 for x, y in differ)
+    assert answers(control, "control") == a  # reproducible per request
+    # Off by default: the same server without it gives the deterministic text to every request id.
+    assert answers(start_sim(*FAST), "control") == deterministic
+
+
 def test_error_rate_answers_some_requests_with_vllm_shaped_500_or_in_stream_error(
     start_sim: StartSim,
 ) -> None:

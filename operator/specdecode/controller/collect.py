@@ -248,6 +248,7 @@ async def collect(
         message=message,
         stages=analysis.stages,
         recommendation=recommendation,
+        noise_floor=analysis.noise_floor,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,

@@ -99,6 +99,10 @@ def load_experiment(path: Path) -> Experiment:
     return report.experiments[0]
 
 
+#: what `validate` adds for an A/A run: the speculative config was checked all the same
+NOISE_FLOOR_NOTE = " (analysis.mode NoiseFloor: an A/A run; spec.speculative is validated, not used)"
+
+
 def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     """`specdecode validate`: 0 when every document is valid, 2 with one line per problem otherwise."""
     failed = False
@@ -108,5 +112,6 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
             print(problem, file=err)
         failed = failed or bool(report.problems)
         for experiment in report.experiments:
-            print(f"{name}: {experiment.name}: valid", file=out)
+            note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
+            print(f"{name}: {experiment.name}: valid{note}", file=out)
     return 2 if failed else 0

@@ -3,6 +3,7 @@
 Invariants (tested):
 - the two arms' pod specs differ only in `--speculative-config '<json>'` and, on releases that have
   it, `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
+  in `analysis.mode: NoiseFloor` (an A/A run) not even in those;
 - the command line is what the arms' vLLM release accepts (`releases.py`);
 - every name derives deterministically from the experiment's name (`<exp>-control`, `<exp>-treatment`,
   `<exp>-load`, ...), so a restarted operator finds what it created (idempotence by name);
@@ -156,7 +157,7 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release 
         argv += ["--profile", engine.simulator.profile]
         for key, value in engine.simulator.overrides().items():
             argv += ["--" + key.replace("_", "-"), str(value)]
-    if arm is spec.Arm.TREATMENT:
+    if arm is spec.Arm.TREATMENT and s.speculates:
         argv += ["--speculative-config", speculative_config_json(s.speculative)]
         if release.per_request_spec_metrics:
             argv += ["--per-request-spec-decode-metrics", "summary"]

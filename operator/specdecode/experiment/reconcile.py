@@ -117,6 +117,7 @@ class Judgement:
     message: str
     stages: list[status.StageResult] = field(default_factory=list)
     recommendation: status.Recommendation | None = None
+    noise_floor: status.NoiseFloor | None = None
     speedup_summary: str | None = None
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
@@ -434,6 +435,7 @@ def _analyzing(
             "message": placement.qualify(outcome.message, environment),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
+            "noise_floor": outcome.noise_floor,
             "speedup_summary": outcome.speedup_summary,
             "validity": outcome.validity,
             "environment": environment,

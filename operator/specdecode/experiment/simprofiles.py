@@ -38,6 +38,9 @@ class SimParams:
     """Fixed cost per draft pass (launches, sync), independent of the draft's size."""
     output_mismatch_rate: float = 0.0
     """Fraction of treatment requests whose text diverges from the control's (fault injection)."""
+    batch_variance_rate: float = 0.0
+    """Fraction of requests, in either arm, whose greedy text diverges from the deterministic one at
+    a random position: real servers are not bitwise reproducible across batch compositions."""
     error_rate: float = 0.0
     """Fraction of requests answered with an error (fault injection)."""
 

@@ -157,6 +157,9 @@ class SimulatorSpec(Model):
     """A fixed cost per draft pass, in milliseconds (launch overhead; fitted on the H200)."""
     output_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
     """Fraction of treatment requests whose text diverges from the control's (fault injection)."""
+    batch_variance_rate: float | None = Field(default=None, ge=0, le=1)
+    """Fraction of requests, in either arm, whose greedy text diverges at a random position (models
+    servers that are not bitwise reproducible across batch compositions; default 0)."""
     error_rate: float | None = Field(default=None, ge=0, le=1)
     """Fraction of requests answered with an error (fault injection)."""
 
@@ -495,6 +498,11 @@ class Guardrails(Model):
     """Highest tolerated fraction of failed requests in the treatment arm."""
     min_output_match: float = Field(default=0.99, ge=0, le=1)
     """Lowest fraction of treatment outputs equal to the control's under greedy sampling (lossless check)."""
+    baseline_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
+    """The rate at which two identical servers already give different greedy outputs (the
+    `suggestedBaselineMismatchRate` of a `NoiseFloor` run). Set: the output-match limit becomes
+    `minOutputMatch - baselineMismatchRate` and only a sure breach (the whole interval below it)
+    fails; a breach of the estimate alone blocks a Pass. Unset: any breach is critical."""
     min_acceptance_rate: float | None = Field(default=None, ge=0, le=1)
     """Lowest acceptable draft acceptance rate; null disables."""
 
@@ -559,9 +567,24 @@ class Slo(Model):
 RequireStages = Literal["all", "any"] | list[str]
 
 
+class AnalysisMode(StrEnum):
+    """What the run measures."""
+
+    COMPARE = "Compare"
+    """Control against the speculative treatment: the verdict."""
+    NOISE_FLOOR = "NoiseFloor"
+    """An A/A pre-flight: both arms without speculation, the same analysis; reports per stage the
+    smallest speed-up measurable at that load and how often identical servers disagree on greedy
+    outputs (`status.noiseFloor`). Always Inconclusive with reason `NoiseFloor`."""
+
+
 class AnalysisSpec(Model):
     """How the verdict is reached."""
 
+    mode: AnalysisMode = AnalysisMode.COMPARE
+    """`Compare` (default): control against treatment. `NoiseFloor`: an A/A pre-flight, both arms
+    without speculation (the speculative config is still validated, not used); every stage runs
+    its full request count."""
     primary_metric: PrimaryMetric = PrimaryMetric.TPOT
     """The metric whose speed-up decides."""
     min_speedup: float = Field(default=1.10, gt=0, le=100)
@@ -698,6 +721,11 @@ class ExperimentSpec(Model):
     """What happens to the arms once the experiment ends."""
 
     @property
+    def speculates(self) -> bool:
+        """The treatment runs with speculation (False in an A/A `NoiseFloor` run)."""
+        return self.analysis.mode is AnalysisMode.COMPARE
+
+    @property
     def served_name(self) -> str:
         """The name requests use as `model`."""
         return self.served_model_name or self.model
@@ -713,4 +741,4 @@ class Arm(StrEnum):
     CONTROL = "control"
     """vLLM without speculative decoding."""
     TREATMENT = "treatment"
-    """vLLM with `--speculative-config`."""
+    """vLLM with `--speculative-config` (without it in `analysis.mode: NoiseFloor`)."""

@@ -313,7 +313,8 @@ class GuardrailResult(StatusModel):
     """Holds, Breached (estimate beyond the limit: blocks a Pass), SurelyBreached (the bound is beyond
     it: fails the stage) or NotEvaluated."""
     tolerance: float | None = None
-    """ttftRegression: `ttftToleranceMs`; the regression counts only when p90 TTFT also rose by more."""
+    """ttftRegression: `ttftToleranceMs`; the regression counts only when p90 TTFT also rose by more.
+    outputMatch: `baselineMismatchRate`, already taken off `limit`; only SurelyBreached fails then."""
     difference: float | None = None
     """ttftRegression: treatment p90 TTFT - control p90 TTFT, ms."""
     difference_ci_low: float | None = None
@@ -438,6 +439,56 @@ class Recommendation(StatusModel):
     """`analysis.confirm`: each stage of the confirmation round."""
 
 
+class StageNoiseFloor(StatusModel):
+    """One stage of an A/A run (`analysis.mode: NoiseFloor`): what two identical servers measure."""
+
+    name: str
+    """Stage name."""
+    load: str | None = None
+    """`4 req/s` or `concurrency 16`."""
+    pairs: int = 0
+    """Valid pairs of the primary metric."""
+    speedup: float | None = None
+    """The A/A speed-up of the primary metric (geometric mean of the paired ratios; 1 is the truth)."""
+    ci_low: float | None = None
+    """Lower bound (paired t over every pair: an A/A stage runs its full request count)."""
+    ci_high: float | None = None
+    """Upper bound."""
+    equivalent: bool | None = None
+    """The interval lies within the equivalence band [1/minSpeedup, minSpeedup]: the arms agree."""
+    min_detectable: float | None = None
+    """The smallest speed-up the Compare run's design (its request bound, confidence, sequential or
+    not) tells from 1.0 with 90% probability at the noise measured here."""
+    measurable: bool | None = None
+    """`minDetectable <= analysis.minSpeedup`: this stage can show the speed-up asked for."""
+    compared: int = 0
+    """Pairs whose greedy outputs were compared (both succeeded, texts known)."""
+    mismatches: int = 0
+    """Of those, pairs whose outputs differ."""
+    mismatch_rate: float | None = None
+    """mismatches / compared: how often identical servers disagree (non-bitwise-reproducible batching)."""
+    mismatch_ci_low: float | None = None
+    """Lower Wilson bound of the mismatch rate."""
+    mismatch_ci_high: float | None = None
+    """Upper Wilson bound."""
+
+
+class NoiseFloor(StatusModel):
+    """The result of an A/A pre-flight: per stage, the noise floor and the output determinism."""
+
+    min_speedup: float
+    """`analysis.minSpeedup` the stages were judged against."""
+    stages: list[StageNoiseFloor] = Field(default_factory=list)
+    """One entry per stage."""
+    measurable_stages: list[str] = Field(default_factory=list)
+    """Stages whose noise floor lets them show minSpeedup."""
+    suggested_baseline_mismatch_rate: float | None = None
+    """The upper Wilson bound of the mismatch rate pooled over all stages: a value for
+    `guardrails.baselineMismatchRate` of the Compare run (null with sampling, or no texts compared)."""
+    note: str | None = None
+    """One line of context (e.g. that the speculative config was validated but not used)."""
+
+
 class ResultsRef(StatusModel):
     """Where the full per-request results and the report are stored."""
 
@@ -478,6 +529,8 @@ class ExperimentStatus(StatusModel):
     """Per-stage results."""
     recommendation: Recommendation | None = None
     """Where speculation stops paying."""
+    noise_floor: NoiseFloor | None = None
+    """The A/A result (only with `analysis.mode: NoiseFloor`)."""
     validity: dict[str, Any] | None = None
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
     results_ref: ResultsRef | None = None

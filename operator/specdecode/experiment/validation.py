@@ -756,6 +756,12 @@ def check_confirm(s: spec.ExperimentSpec, release: releases.Release) -> list[Pro
         return []
     path = "spec.analysis.confirm"
     sp = s.speculative
+    if s.analysis.mode is not spec.AnalysisMode.COMPARE:
+        return [
+            Problem(
+                path, f"a {s.analysis.mode.value} run does not speculate, so it has no schedule to confirm"
+            )
+        ]
     problems: list[Problem] = []
     if sp.num_speculative_tokens is None:
         problems.append(

@@ -35,12 +35,26 @@ confidence bound is beyond it: the stage Fails):
 |                  | every SLO (treatment - control)            | bound < 0 blocks, < -max fails  |
 | errorRate        | treatment errors / treatment requests      | Clopper-Pearson                 |
 | outputMatch      | identical greedy outputs / pairs           | Clopper-Pearson; Breached fails |
+|                  | limit minOutputMatch - baselineMismatchRate | when set: only SurelyBreached   |
+|                  |                                            | fails, Breached blocks a Pass   |
 | acceptanceRate   | accepted / drafted tokens                  | Clopper-Pearson on token counts |
 Goodput per arm (status `goodput`): requests that succeeded with every SLO metric within its
 largest limit / requests sent, Wilson interval, and per second of the arm's own active time.
 Output mismatch under greedy sampling is critical: Breached already fails the stage, and anywhere it
 happens the experiment is rejected (the minOutputMatch tolerance is the allowance for numeric noise).
-Output match is not evaluated with temperature > 0.
+Output match is not evaluated with temperature > 0. Two identical servers need not agree bitwise
+either (batching changes the order of floating-point sums): `guardrails.baselineMismatchRate`, the
+rate an A/A run measured, is taken off the limit, and then only a sure breach (the whole interval
+below the limit) is critical.
+
+Noise floor (`analysis.mode: NoiseFloor`, an A/A run: both arms without speculation). Each stage
+runs in full (no sequential stop) and is reported in `status.noiseFloor`: the A/A speed-up with its
+paired t interval (every pair, one look; the stage's own `speedup` is computed the same way), `equivalent` (the interval within [1/minSpeedup,
+minSpeedup]), `minDetectable` (`min_detectable` at threshold 1.0 with the Compare run's design: the
+smallest speed-up the stage tells from none, 9 times in 10, at the noise measured), `measurable`
+(minDetectable ≤ minSpeedup), and the greedy-output mismatch rate with its Wilson interval; the
+pooled upper Wilson bound is the suggested `baselineMismatchRate`. The stages are not judged and
+the verdict is Inconclusive with reason `NoiseFloor`: a measurement, not a gate.
 
 Stage rule: invalid measurement or too few pairs -> Inconclusive; a guardrail SurelyBreached (or
 output match Breached) -> Fail; speed-up upper bound < minSpeedup -> Fail; lower bound >= minSpeedup
@@ -68,7 +82,7 @@ from scipy import stats
 
 from specdecode.experiment import releases, sequential
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
-from specdecode.experiment.spec import AnalysisSpec, ExperimentSpec, PrimaryMetric, Slo, Stage
+from specdecode.experiment.spec import AnalysisMode, AnalysisSpec, ExperimentSpec, PrimaryMetric, Slo, Stage
 from specdecode.experiment.status import (
     Acceptance,
     ArmSummary,
@@ -76,10 +90,12 @@ from specdecode.experiment.status import (
     ExperimentStatus,
     Goodput,
     GuardrailResult,
+    NoiseFloor,
     Phase,
     QuantileSpeedup,
     Recommendation,
     Speedup,
+    StageNoiseFloor,
     StageResult,
     StageVerdict,
     Verdict,
@@ -123,6 +139,8 @@ class Reason(StrEnum):
     """The load generator marked the measurement untrustworthy."""
     NO_DATA = "NoData"
     """Nothing (or too little) was measured."""
+    NOISE_FLOOR = "NoiseFloor"
+    """An A/A run (`analysis.mode: NoiseFloor`): measured, not judged; see `status.noiseFloor`."""
 
 
 class Label(StrEnum):
@@ -686,14 +704,20 @@ def guardrails(
         item.outcome = _outcome(item.estimate, low, g.max_error_rate, upper_is_bad=True)
     out.append(item)
 
-    item = GuardrailResult(name="outputMatch", limit=g.min_output_match, outcome=Outcome.NOT_EVALUATED)
+    baseline = g.baseline_mismatch_rate
+    limit = g.min_output_match if baseline is None else max(0.0, g.min_output_match - baseline)
+    item = GuardrailResult(name="outputMatch", limit=limit, tolerance=baseline, outcome=Outcome.NOT_EVALUATED)
     if spec.workload.sampling.temperature == 0.0:
-        compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
+        same, compared = output_agreement(both)
         if compared:
-            same = sum(_text_key(c) == _text_key(t) for c, t in compared)
-            low, high = proportion_interval(same, len(compared), confidence=conf)
-            item.estimate, item.ci_low, item.ci_high = same / len(compared), low, high
-            item.outcome = _outcome(item.estimate, high, g.min_output_match, upper_is_bad=False)
+            low, high = proportion_interval(same, compared, confidence=conf)
+            item.estimate, item.ci_low, item.ci_high = same / compared, low, high
+            item.outcome = _outcome(item.estimate, high, limit, upper_is_bad=False)
+            if baseline is not None and item.outcome == Outcome.BREACHED:
+                item.note = (
+                    f"below minOutputMatch - baselineMismatchRate = {limit:.3g}, but within the noise"
+                    " of what identical servers already disagree on: blocks a Pass, not critical"
+                )
     out.append(item)
 
     if g.min_acceptance_rate is not None:
@@ -845,7 +869,11 @@ def categories(
             sequential_ci=False,
             higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
         )
-        acc, _ = acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)
+        acc = (
+            acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)[0]
+            if spec.speculates
+            else None
+        )
         out.append(
             CategoryResult(
                 name=name,
@@ -864,13 +892,30 @@ def _text_key(record: RequestRecord) -> str | None:
     return record.text_hash if record.text_hash is not None else record.text
 
 
+def output_agreement(both: Sequence[tuple[RequestRecord, RequestRecord]]) -> tuple[int, int]:
+    """(pairs with identical outputs, pairs whose outputs are known in both arms)."""
+    compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
+    return sum(_text_key(c) == _text_key(t) for c, t in compared), len(compared)
+
+
 def _output_match(stage: StageResult) -> GuardrailResult | None:
     return next((g for g in stage.guardrails if g.name == "outputMatch"), None)
 
 
-def _is_critical(stage: StageResult) -> bool:
+def _output_limit(stage: StageResult) -> float:
     om = _output_match(stage)
-    return om is not None and om.outcome in {Outcome.BREACHED, Outcome.SURELY_BREACHED}
+    return om.limit if om is not None else 1.0
+
+
+def _is_critical(stage: StageResult) -> bool:
+    """An output mismatch that rejects: any breach, or only a sure one with `baselineMismatchRate`
+    (which the guardrail records as its `tolerance`)."""
+    om = _output_match(stage)
+    if om is None:
+        return False
+    if om.tolerance is not None:
+        return om.outcome == Outcome.SURELY_BREACHED
+    return om.outcome in {Outcome.BREACHED, Outcome.SURELY_BREACHED}
 
 
 # --------------------------------------------------------------------------------------------- stages
@@ -938,7 +983,8 @@ def analyse_stage(
         metric=metric,
         min_speedup=a.min_speedup,
         confidence=a.confidence,
-        sequential_ci=a.sequential,
+        # An A/A stage runs in full (`stage_decided`): one look, the paired t interval over every pair.
+        sequential_ci=a.sequential and spec.speculates,
         horizon=spec.stage_requests(stage),
         higher_is_better=higher,
     )
@@ -957,8 +1003,10 @@ def analyse_stage(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
     )
     server = window.server.get(TREATMENT) if window is not None else None
-    result.acceptance, acc_counts = acceptance_counts(
-        list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens
+    result.acceptance, acc_counts = (
+        acceptance_counts(list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens)
+        if spec.speculates
+        else (None, (0, 0))  # an A/A run drafts nothing: no acceptance to estimate, not even a proxy
     )
     result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
     result.categories = categories(spec, both)
@@ -1169,6 +1217,8 @@ class Analysis:
     message: str
     speedup_summary: str
     recommendation: Recommendation | None
+    noise_floor: NoiseFloor | None = None
+    """The A/A result (`analysis.mode: NoiseFloor` only)."""
 
     @property
     def measured(self) -> bool:
@@ -1186,6 +1236,7 @@ class Analysis:
                 "speedup_summary": self.speedup_summary,
                 "stages": self.stages,
                 "recommendation": self.recommendation,
+                "noise_floor": self.noise_floor,
             }
         )
 
@@ -1196,6 +1247,103 @@ def _fmt_speedup(s: StageResult) -> str:
         return f"no data at {s.name}"
     ci = f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]" if sp.ci_low is not None and sp.ci_high is not None else ""
     return f"{sp.estimate:.2f}x{ci} at {s.name}"
+
+
+# ---------------------------------------------------------------------------------------- noise floor
+
+
+def stage_noise_floor(
+    spec: ExperimentSpec, stage: Stage, records: Sequence[RequestRecord]
+) -> StageNoiseFloor:
+    """What one stage of an A/A run measured (the rule in the module docstring)."""
+    a = spec.analysis
+    pairs = Pairs.of(r for r in records if r.stage == stage.name)
+    both = pairs.both_ok()
+    b, c = paired_values(both, a.primary_metric.value)
+    d = log_ratios(b, c, higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT)
+    n = int(d.size)
+    result = StageNoiseFloor(name=stage.name, load=stage.load_label, pairs=n)
+    if n >= MIN_PAIRS_FIXED:
+        mean, sd = float(np.mean(d)), float(np.std(d, ddof=1))
+        half = float(stats.t.ppf(0.5 + a.confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+        result.speedup = math.exp(mean)
+        result.ci_low, result.ci_high = math.exp(mean - half), math.exp(mean + half)
+        result.equivalent = 1.0 / a.min_speedup <= result.ci_low and result.ci_high <= a.min_speedup
+        result.min_detectable = min_detectable(
+            d,
+            threshold=0.0,
+            confidence=a.confidence,
+            horizon=spec.stage_requests(stage),
+            sequential_ci=a.sequential,
+        )
+        if result.min_detectable is not None:
+            result.measurable = result.min_detectable <= a.min_speedup
+    elif n:
+        result.speedup = math.exp(float(np.mean(d)))
+    if spec.workload.sampling.temperature == 0.0:
+        same, compared = output_agreement(both)
+        if compared:
+            low, high = proportion_interval(
+                compared - same, compared, confidence=a.confidence, method="wilson"
+            )
+            result.compared, result.mismatches = compared, compared - same
+            result.mismatch_rate = (compared - same) / compared
+            result.mismatch_ci_low, result.mismatch_ci_high = low, high
+    return result
+
+
+def noise_floor(spec: ExperimentSpec, records: Sequence[RequestRecord]) -> NoiseFloor:
+    """The A/A result of every stage, and the pooled mismatch bound to carry into a Compare run."""
+    a = spec.analysis
+    stages = [stage_noise_floor(spec, st, records) for st in spec.workload.stages]
+    compared = sum(s.compared for s in stages)
+    mismatches = sum(s.mismatches for s in stages)
+    suggested = None
+    if compared:
+        suggested = proportion_interval(mismatches, compared, confidence=a.confidence, method="wilson")[1]
+    return NoiseFloor(
+        min_speedup=a.min_speedup,
+        stages=stages,
+        measurable_stages=[s.name for s in stages if s.measurable],
+        suggested_baseline_mismatch_rate=suggested,
+        note=(
+            f"both arms ran without speculation; the speculative config ({spec.speculative.method.value}) "
+            "was validated, not used"
+        ),
+    )
+
+
+def _noise_floor_message(nf: NoiseFloor) -> str:
+    able = nf.measurable_stages
+    unable = [
+        f"{s.name} ({s.min_detectable:.3f}x)" if s.min_detectable is not None else f"{s.name} (unknown)"
+        for s in nf.stages
+        if not s.measurable
+    ]
+    line = f"noise floor (A/A): minSpeedup {nf.min_speedup:g} "
+    if able and not unable:
+        line += "is measurable at every stage"
+    elif able:
+        line += f"is measurable at {', '.join(able)}; not at {', '.join(unable)} (smallest detectable)"
+    else:
+        line += f"is measurable at no stage: {', '.join(unable)} (smallest detectable)"
+    rates = [f"{s.name} {s.mismatch_rate:.1%}" for s in nf.stages if s.mismatch_rate is not None]
+    if rates:
+        line += "; identical servers' greedy outputs differ: " + ", ".join(rates)
+    if nf.suggested_baseline_mismatch_rate is not None:
+        line += f"; suggested baselineMismatchRate {nf.suggested_baseline_mismatch_rate:.3f}"
+    return line
+
+
+def _unjudged(stage: StageResult) -> StageResult:
+    """A stage of an A/A run: its numbers and guardrail findings stay, its verdict does not apply."""
+    findings = [
+        _guardrail_line(g)
+        for g in stage.guardrails
+        if g.outcome in {Outcome.SURELY_BREACHED, Outcome.BREACHED}
+    ]
+    reasons = ["A/A run (analysis.mode NoiseFloor): measured, not judged", *findings]
+    return stage.model_copy(update={"verdict": StageVerdict.INCONCLUSIVE, "reasons": reasons})
 
 
 def analyse(
@@ -1226,15 +1374,23 @@ def analyse(
         return Analysis(
             stages, None, Reason.INVALID_MEASUREMENT, f"invalid measurement: {why}", summary, None
         )
+    if spec.analysis.mode is AnalysisMode.NOISE_FLOOR:
+        nf = noise_floor(spec, measured)
+        return Analysis(
+            [_unjudged(s) for s in stages],
+            Verdict.INCONCLUSIVE,
+            Reason.NOISE_FLOOR,
+            _noise_floor_message(nf),
+            summary,
+            None,
+            nf,
+        )
     verdict, reason = combine(spec.analysis.require_stages, stages)
     if reason is Reason.OUTPUT_MISMATCH:
         bad = [s for s in stages if _is_critical(s)]
         message = (
             "output mismatch at "
-            + ", ".join(
-                f"{s.name} ({(s.output_match or 0.0):.1%} < {spec.analysis.guardrails.min_output_match:.0%})"
-                for s in bad
-            )
+            + ", ".join(f"{s.name} ({(s.output_match or 0.0):.1%} < {_output_limit(s):.1%})" for s in bad)
             + "; "
             + message
         )
@@ -1284,9 +1440,9 @@ def stage_decided(
     stage's request bound (`spec.stage_requests(stage)`). Only the longest run of indices finished
     in both arms is used. True when, at a planned look, the primary metric's repeated confidence
     interval lies wholly above or below minSpeedup, or the stage reached `max_pairs`; always False
-    with `analysis.sequential` off or before the first planned look (`sequential.FIRST_LOOK` pairs
+    with `analysis.sequential` off, in an A/A run (`NoiseFloor`: it measures the full stage), or before the first planned look (`sequential.FIRST_LOOK` pairs
     or later). Guardrails are judged at the end on whatever ran.
     """
-    if not analysis.sequential:
+    if not analysis.sequential or analysis.mode is AnalysisMode.NOISE_FLOOR:
         return False
     return stage_look(analysis, control, treatment, max_pairs=max_pairs).decided

@@ -1,6 +1,6 @@
 """report.html: one self-contained page (inline CSS and SVG, no scripts, no network) per experiment.
 
-Sections: the verdict and why; speed-up versus load with confidence bars; per-stage tables of TTFT,
+Sections: the verdict and why; the noise-floor table of an A/A run; speed-up versus load with confidence bars; per-stage tables of TTFT,
 TPOT and E2E quantiles per arm (goodput with SLOs) with tail speed-ups, per-category speed-up and
 acceptance, guardrails, and where mismatched outputs first differ; latency CDFs per arm and stage;
 acceptance per draft position (each source); the validity block; provenance.
@@ -20,6 +20,7 @@ from specdecode.experiment.status import (
     ArmSummary,
     ExperimentStatus,
     GuardrailResult,
+    NoiseFloor,
     StageResult,
     StageVerdict,
 )
@@ -286,6 +287,49 @@ def _hosts_section(status: ExperimentStatus) -> str:
     )
 
 
+def _yes_no(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
+def _noise_floor_section(nf: NoiseFloor) -> str:
+    """The A/A table: per stage, what two identical servers measured."""
+    rows = []
+    for s in nf.stages:
+        mismatch = "–"
+        if s.mismatch_rate is not None:
+            mismatch = f"{s.mismatch_rate:.1%}"
+            if s.mismatch_ci_low is not None and s.mismatch_ci_high is not None:
+                mismatch += f" [{s.mismatch_ci_low:.1%}, {s.mismatch_ci_high:.1%}]"
+            mismatch += f" ({s.mismatches}/{s.compared})"
+        detectable = "–" if s.min_detectable is None else f"{s.min_detectable:.3f}x"
+        speedup = "–" if s.speedup is None else f"{s.speedup:.3f}x"
+        if s.speedup is not None and s.ci_low is not None and s.ci_high is not None:
+            speedup += f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+        rows.append(
+            f"<tr><td class=l>{escape(s.name)}</td><td class=l>{escape(s.load or '')}</td><td>{s.pairs}</td>"
+            f"<td>{speedup}</td><td>{_yes_no(s.equivalent)}</td>"
+            f"<td>{detectable}</td><td>{_yes_no(s.measurable)}</td><td>{escape(mismatch)}</td></tr>"
+        )
+    suggested = (
+        f"<p>Suggested <code>guardrails.baselineMismatchRate: {nf.suggested_baseline_mismatch_rate:.3f}</code>"
+        " for the Compare run (the upper Wilson bound of the pooled mismatch rate).</p>"
+        if nf.suggested_baseline_mismatch_rate is not None
+        else ""
+    )
+    return (
+        "<h2>Noise floor (A/A)</h2><p>Both arms served without speculation. <b>min detectable</b>: the"
+        " smallest speed-up each stage's design tells from 1.0 nine times in ten at the noise measured;"
+        f" <b>measurable</b>: at most minSpeedup {nf.min_speedup:g}. <b>mismatch</b>: pairs of greedy"
+        " outputs of identical servers that differ [Wilson interval].</p>"
+        "<table><tr><th class=l>stage</th><th class=l>load</th><th>pairs</th><th>A/A speed-up [CI]</th>"
+        "<th>equivalent</th><th>min detectable</th><th>measurable</th><th>mismatch [CI]</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + suggested
+        + (f"<p class=muted>{escape(nf.note)}</p>" if nf.note else "")
+    )
+
+
 def _fact(value: object) -> str:
     if value is None:
         return "–"
@@ -310,12 +354,15 @@ def render_html(
         f"<p>{_badge(verdict)} <code>{escape(status.reason or '')}</code></p>",
         f"<p>{escape(status.message or '')}</p>",
         f"<p class=muted>model {escape(spec.model)}; speculative {escape(spec.speculative.method)} "
-        f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}; "
+        f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}"
+        f"{'' if spec.speculates else ' (not used: an A/A run, analysis.mode NoiseFloor)'}; "
         f"primary metric {escape(spec.analysis.primary_metric)}; minSpeedup {spec.analysis.min_speedup:g}; "
         f"confidence {spec.analysis.confidence:g}; requireStages {escape(json.dumps(spec.analysis.require_stages))}; "
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
     ]
     body: list[str] = []
+    if status.noise_floor is not None:
+        body.append(_noise_floor_section(status.noise_floor))
     metric = spec.analysis.primary_metric.value
     points = [
         svg.Interval(

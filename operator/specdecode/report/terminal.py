@@ -1,5 +1,5 @@
 """The terminal summary: the verdict line, a rich table of the stages (and one per prompt category,
-when the prompts carry categories) and the recommendation."""
+when the prompts carry categories, and the noise-floor table of an A/A run) and the recommendation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specdecode.experiment import confirm, placement
-from specdecode.experiment.status import ExperimentStatus, Goodput
+from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor
 
 _STYLE = {
     "Promote": "bold green",
@@ -28,6 +28,42 @@ def _n(v: float | None, fmt: str = ".1f") -> str:
 
 def _pct(g: Goodput | None) -> str:
     return "–" if g is None or g.fraction is None else f"{g.fraction:.0%}"
+
+
+def _ci(est: float | None, low: float | None, high: float | None, fmt: str, suffix: str) -> str:
+    if est is None:
+        return "–"
+    text = f"{format(est, fmt)}{suffix}"
+    if low is not None and high is not None:
+        text += f" [{format(low, fmt)}, {format(high, fmt)}]"
+    return text
+
+
+def _flag(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
+def noise_floor_table(nf: NoiseFloor) -> Table:
+    """Per stage of an A/A run: speed-up [CI], min detectable, measurable, mismatch rate [CI]."""
+    table = Table(title=f"noise floor (A/A; measurable: min detectable <= minSpeedup {nf.min_speedup:g})")
+    for col in ("stage", "pairs", "A/A speed-up [CI]", "min detectable", "measurable", "mismatch [CI]"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for s in nf.stages:
+        pct = [
+            None if v is None else 100 * v for v in (s.mismatch_rate, s.mismatch_ci_low, s.mismatch_ci_high)
+        ]
+        table.add_row(
+            s.name,
+            str(s.pairs),
+            _ci(s.speedup, s.ci_low, s.ci_high, ".3f", "x"),
+            "–" if s.min_detectable is None else f"{s.min_detectable:.3f}x",
+            Text(
+                _flag(s.measurable),
+                style="" if s.measurable is None else ("green" if s.measurable else "red"),
+            ),
+            _ci(pct[0], pct[1], pct[2], ".1f", "%"),
+        )
+    return table
 
 
 def render_terminal(status: ExperimentStatus) -> RenderableType:
@@ -82,6 +118,11 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
             ),
         )
     parts: list[RenderableType] = [head, table]
+    if status.noise_floor is not None:
+        parts.append(noise_floor_table(status.noise_floor))
+        if status.noise_floor.suggested_baseline_mismatch_rate is not None:
+            rate = status.noise_floor.suggested_baseline_mismatch_rate
+            parts.append(Text(f"suggested for the Compare run: guardrails.baselineMismatchRate: {rate:.3f}"))
     env = status.environment
     if env is not None and env.vllm_rules is not None and env.simulator is None:
         parts.append(

@@ -20,7 +20,9 @@ always the "greedy" output for (server seed, prompt), so both arms can be compar
 Fault injection, deterministic per request (keyed by seed, prompt and `x-request-id`):
 `error_rate` (half answered HTTP 500, half — of streams — an in-stream error halfway),
 `disconnect_rate` (the connection is dropped halfway through a stream), `output_mismatch_rate`
-(treatment only: the text diverges from the control's at a deterministic position).
+(treatment only: the text diverges from the control's at a deterministic position),
+`batch_variance_rate` (either arm: the text diverges from the deterministic one at a position drawn
+per request, as a real server's greedy output can when the batch around it changes).
 """
 
 from __future__ import annotations
@@ -259,6 +261,9 @@ class App:
         diverge_at = None
         if cfg.num_spec_tokens > 0 and text.unit("mismatch", cfg.seed, prompt_key) < p.output_mismatch_rate:
             diverge_at = text.stable_hash("mismatch-at", cfg.seed, prompt_key) % out_tokens
+        if text.unit("batch-variance", *fault_key) < p.batch_variance_rate:
+            at = text.stable_hash("batch-variance-at", *fault_key) % out_tokens
+            diverge_at = at if diverge_at is None else min(diverge_at, at)
 
         seq = Sequence(
             request_id=rid,

@@ -124,6 +124,7 @@ PARAM_FLAGS: dict[str, type] = {
     "draft_cost_ratio": float,
     "draft_fixed_ms": float,
     "output_mismatch_rate": float,
+    "batch_variance_rate": float,
     "error_rate": float,
 }
 
