@@ -296,6 +296,28 @@ def test_ctrl_c_sigterm_or_sighup_to_the_runner_stops_every_process_of_both_arms
     assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
 
 
+def test_ctrl_c_during_the_confirmation_round_keeps_the_verdict_already_reached(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")
+    path = write_experiment(tmp_path, stages=[{"name": "c1", "concurrency": 1}], requests=400)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["analysis"].update(sequential=True, confirm=True)
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    with running(path, out) as process:
+        assert wait_for_measured(out / "confirmation", 1, seconds=120) >= 1, result(out)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    status = result(out)
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+    assert status["recommendation"]["confirmationReason"] == "RoundFailed"
+    assert status["message"].endswith("; the confirmation round was interrupted by the user (Ctrl-C)")
+    assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
+
+
 # ------------------------------------------------------------------------------------ the release
 
 

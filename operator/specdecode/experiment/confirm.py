@@ -52,7 +52,8 @@ class Reason(StrEnum):
     NOT_MEASURED = "NotMeasured"
     """The round ran but no stage of it measured anything."""
     ROUND_FAILED = "RoundFailed"
-    """The round could not start or finish (an arm failed); the status message says why."""
+    """The round could not start or finish (an arm failed, or the run was interrupted); the status
+    message says why."""
     NO_SCHEDULE = "NoSchedule"
     """The recommendation has no schedule to confirm."""
     ARMS_NOT_STARTED_HERE = "ArmsNotStartedHere"

@@ -432,9 +432,10 @@ class Recommendation(StatusModel):
     stages Failed, false when one did; null when it was not run or measured nothing (see
     `confirmationReason`)."""
     confirmation_reason: str | None = None
-    """`analysis.confirm`: Confirmed, Refuted, NotMeasured, RoundFailed (an arm failed in the round;
-    the message says why), NoSchedule (nothing to confirm), ArmsNotStartedHere (`--control-url`) or
-    NotSupportedByOperator (the confirmation round runs in `specdecode run --local` only, for now)."""
+    """`analysis.confirm`: Confirmed, Refuted, NotMeasured, RoundFailed (an arm failed in the round,
+    or the run was interrupted during it; the message says why), NoSchedule (nothing to confirm),
+    ArmsNotStartedHere (`--control-url`) or NotSupportedByOperator (the confirmation round runs in
+    `specdecode run --local` only, for now)."""
     confirmation: list[ConfirmationStage] = Field(default_factory=list)
     """`analysis.confirm`: each stage of the confirmation round."""
 

@@ -122,7 +122,7 @@ def run(path: Path, options: Options) -> int:
         how = (
             f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
         )
-        final = run_.failed("Interrupted", f"{how}; the results so far are kept")
+        final = run_.interrupted(how)
         _finish(console, options, final, out)
         return exit_status.INTERRUPTED
     finally:
@@ -176,6 +176,8 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
+        self.judged: ExperimentStatus | None = None
+        """The verdict, once reached (`analysis.confirm`: before the confirmation round)."""
         self.gpus: dict[spec.Arm, str] | None = None
         """Both arms started here side by side: their GPUs (none for the simulator)."""
         self.status = ExperimentStatus(
@@ -387,6 +389,7 @@ class _Run:
         self.windows = windows
         self._write(judged)
         if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
+            self.judged = judged
             update: dict[str, Any] = {}
             try:
                 update["recommendation"] = self._confirmation(arms, judged)
@@ -506,6 +509,20 @@ class _Run:
             raise ArmFailure("PrometheusUnavailable", f"spec.prometheus.url: {exc}") from None
 
     # ------------------------------------------------------------------------------------ results
+
+    def interrupted(self, how: str) -> ExperimentStatus:
+        """Ctrl-C, SIGTERM or SIGHUP: Failed with what was measured kept, or, during the confirmation
+        round, the verdict already reached with the round not run (RoundFailed)."""
+        if self.judged is None:
+            return self.failed("Interrupted", f"{how}; the results so far are kept")
+        final = self.judged.model_copy(
+            update={
+                "recommendation": confirm.not_run(self.judged.recommendation, confirm.Reason.ROUND_FAILED),
+                "message": f"{self.judged.message}; the confirmation round was {how}",
+            }
+        )
+        self._write(final)
+        return final
 
     def failed(self, reason: str, message: str) -> ExperimentStatus:
         """Failed (could not measure), with what was measured kept in DIR."""
