@@ -9,15 +9,25 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# Reinstall when the dependency list changes.
+# What the demo needs: the package and its runtime dependencies only.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+
+# Reinstall when the dependency list changes. The dev toolchain includes the runtime.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@ $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
 	@touch $@
 
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(BIN)/specdecode demo --out demo-out
+	@echo "specdecode and kubectl-specdecode are in $(BIN)/: run $(BIN)/specdecode, or put them on PATH with: source $(BIN)/activate"
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests benchmarks

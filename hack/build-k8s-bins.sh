@@ -21,6 +21,9 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # Prometheus 3.16.0 (its Go module is tagged v0.3XX.y)
+# Kubernetes 1.36 needs Go >= 1.26: an older go (>= 1.21) runs this toolchain instead, which it
+# fetches from the Go module proxy itself (golang.org/toolchain; see `go help toolchain`).
+GO_TOOLCHAIN="${GO_TOOLCHAIN:-go1.26.8}"
 
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins"
 BIN_DIR="$CACHE_ROOT/${KUBE_VERSION}-${ETCD_VERSION}-${KWOK_VERSION}-${HELM_VERSION}-${PROMETHEUS_VERSION}"
@@ -47,7 +50,18 @@ case "${1:-}" in
 esac
 
 command -v go >/dev/null || { [[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH"; }
-command -v go >/dev/null || { echo "go not found (need Go >= 1.26)" >&2; exit 1; }
+command -v go >/dev/null || { echo "go not found (need Go >= 1.26, or >= 1.21 to fetch $GO_TOOLCHAIN)" >&2; exit 1; }
+if [[ -z "${GOTOOLCHAIN:-}" ]]; then
+  GO_HAVE="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || echo unknown)"
+  GO_MINOR="$(sed -nE 's/^go1\.([0-9]+)([^0-9].*)?$/\1/p' <<<"$GO_HAVE")"
+  if [[ -z "$GO_MINOR" || "$GO_MINOR" -lt 21 ]]; then
+    echo "go $GO_HAVE is too old: install Go >= 1.26 (or >= 1.21, which fetches $GO_TOOLCHAIN itself)" >&2
+    exit 1
+  elif [[ "$GO_MINOR" -lt 26 ]]; then
+    log "go $GO_HAVE is older than 1.26: building with $GO_TOOLCHAIN from the Go module proxy (GOTOOLCHAIN)"
+    export GOTOOLCHAIN="$GO_TOOLCHAIN"
+  fi
+fi
 
 mkdir -p "$BIN_DIR"
 # One build at a time per cache dir (make and pytest may both call this).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,10 +13,33 @@ from typing import Any
 
 import pytest
 
+from tests import e2e_skips
 from tests.factories import experiment_document
 
 #: environment variable carried by every process the test session starts (value: the session's token)
 MARKER = "SPECDECODE_TEST_RUN"
+
+
+#: an empty kubeconfig, $KUBECONFIG for the whole session (see pytest_configure)
+EMPTY_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Nothing the tests start reaches the developer's cluster by accident (#23): kubectl, helm or a
+    # Kubernetes client that is not handed the test cluster's kubeconfig finds an empty one (not
+    # ~/.kube/config, as with KUBECONFIG unset). The e2e tests use their own control plane, or the
+    # opt-in $SPECDECODE_E2E_KUBECONFIG (tests/e2e/README.md).
+    empty = Path(tempfile.mkdtemp(prefix="specdecode-kubeconfig-")) / "config"
+    empty.write_text(EMPTY_KUBECONFIG)
+    empty.chmod(0o600)  # helm warns about a group- or world-readable kubeconfig
+    os.environ["KUBECONFIG"] = str(empty)
+    e2e_skips.register(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    empty = Path(os.environ.get("KUBECONFIG", ""))
+    if empty.name == "config" and empty.parent.name.startswith("specdecode-kubeconfig-"):
+        shutil.rmtree(empty.parent, ignore_errors=True)
 
 
 @pytest.fixture

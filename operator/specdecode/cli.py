@@ -1,7 +1,8 @@
 """The `specdecode` command (design.md §4): one subcommand per job, each a thin wrapper.
 
 Exit statuses are a contract: 0 success; 1 `--fail-on-reject` and the verdict is not Promote;
-2 invalid input (one line per problem); 3 could not measure.
+2 invalid input (one line per problem); 3 could not measure, or could not write the results
+(`exit_status.ResultsUnwritable`, one line).
 """
 
 from __future__ import annotations
@@ -35,14 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("validate", help="check experiment files as the operator would")
-    p.add_argument("files", nargs="+", metavar="FILE", help="experiment YAML files (multi-document allowed)")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="experiment YAML files (multi-document; other kinds are skipped; - reads stdin)",
+    )
     p.set_defaults(func=_validate)
 
 
 def _validate(args: argparse.Namespace) -> int:
     from specdecode.experiment import documents
 
-    return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr)
+    return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr, stdin=sys.stdin)
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,7 +64,8 @@ def _report(args: argparse.Namespace) -> int:
     from specdecode.report import results, terminal
 
     try:
-        loaded = results.render_directory(Path(args.directory))
+        with exit_status.writing_results(Path(args.directory) / results.REPORT):
+            loaded = results.render_directory(Path(args.directory))
     except results.ResultsError as exc:
         print(exc, file=sys.stderr)
         return exit_status.INVALID
@@ -392,6 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return exit_status.INTERRUPTED
+    except exit_status.ResultsUnwritable as exc:
+        print(f"specdecode {args.command}: {exc}", file=sys.stderr)
+        return exit_status.FAILED
     return code
 
 

@@ -265,7 +265,12 @@ def test_notes_explain_how_to_wait_for_a_verdict(helm: Path, tmp_path: Path) -> 
     assert res.returncode == 0, res.stderr
     rendered = yaml.safe_load(res.stdout)["notes"]
     assert "kubectl -n NAMESPACE apply -f examples/simulator.yaml" in rendered
-    assert "kubectl -n NAMESPACE wait --for=condition=Completed --timeout=2h sdx/sim-tiny-draft" in rendered
+    # Reconciling=false: a Failed run ends the wait (Completed would hang the whole timeout).
+    assert (
+        "kubectl -n NAMESPACE wait --for=condition=Reconciling=false --timeout=2h sdx/sim-tiny-draft"
+        in rendered
+    )
+    assert "condition=Completed" not in rendered
     assert "in all namespaces" in rendered
     assert "kubectl -n ops rollout status deployment/sdx-specdecode-operator" in rendered
 

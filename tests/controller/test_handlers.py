@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from specdecode import cli, exit_status
-from specdecode.controller import collect, kube, results
+from specdecode.controller import collect, kube, observe, results
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal
@@ -338,3 +338,34 @@ def test_a_report_config_map_the_experiment_does_not_own_is_never_replaced() -> 
     asyncio.run(
         collect.store_report(client, status.ExperimentStatus(), [], [], experiment, metadata)
     )  # its own: replaced
+
+
+def test_the_abort_annotation_of_the_current_generation_ends_the_experiment_and_deletes_its_children(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    operator = Operator(client, document())
+    assert run(operator, 2)["phase"] == "Deploying"
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    # As if the load had started (decide() is tested per phase; here: the shell deletes the Job).
+    job = manifests.build_load_job(
+        "exp", validation.parse_experiment(document())[0], OperatorSettings().render, generation=1
+    )
+    job["metadata"].setdefault("annotations", {})[observe.GENERATION_ANNOTATION] = "1"
+    client.add(job)
+    operator.body["metadata"]["annotations"] = {"specdecode.io/abort": "1"}
+    ended = run(operator)
+    assert (ended["phase"], ended["reason"]) == ("Failed", "Aborted")
+    assert client.names(kube.DEPLOYMENT) == []
+    assert client.names(kube.JOB) == []
+    assert [reason for reason, _ in operator_events if reason == "Aborted"] == ["Aborted"]
+
+
+def test_an_abort_annotation_naming_another_generation_is_ignored(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    operator = Operator(client, document())
+    operator.body["metadata"]["annotations"] = {"specdecode.io/abort": "7"}
+    assert run(operator, 2)["phase"] == "Deploying"
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]

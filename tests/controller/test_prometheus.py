@@ -76,14 +76,6 @@ def test_an_unreachable_prometheus_is_unavailable() -> None:
         source.query("up", 0)
 
 
-def test_canned_json_with_nan_and_empty_values() -> None:
-    answer = json.loads(
-        '[{"metric": {"pod": "a"}, "value": [1, "NaN"]}, {"metric": {}, "value": [1, "2.5"]}]'
-    )
-    samples = [promql.Sample(s["metric"], float(s["value"][1])) for s in answer]
-    assert math.isnan(samples[0].value) and samples[1].value == 2.5
-
-
 class _Canned(http.server.BaseHTTPRequestHandler):
     """Answers every request with the class's `status` and `body`."""
 
@@ -141,6 +133,15 @@ def test_an_answer_of_an_unexpected_shape_is_a_bad_response(
     then the experiment fails at its deadline or grace)."""
     with pytest.raises(prometheus.PrometheusBadResponse):
         canned(200, body).query("up", 0)
+
+
+def test_an_answer_s_values_are_read_as_numbers_and_nan_is_kept(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    """The value of `[timestamp, "value"]`, not its timestamp; NaN stays for `arm_metrics` to drop."""
+    samples = canned(200, vector(({"pod": "a"}, "NaN"), ({}, "2.5"))).query("up", 0)
+    assert [dict(s.labels) for s in samples] == [{"pod": "a"}, {}]
+    assert math.isnan(samples[0].value) and samples[1].value == 2.5
 
 
 def test_a_position_label_that_is_no_number_is_a_bad_response(

@@ -1,5 +1,6 @@
-"""Fixtures for the e2e tests: a real control plane (or $KUBECONFIG's cluster), fake GPU nodes,
-the experiment CRD, per-test namespaces and a real Prometheus. See README.md here."""
+"""Fixtures for the e2e tests: a real control plane (or, opted in, $SPECDECODE_E2E_KUBECONFIG's
+cluster; $KUBECONFIG is ignored), fake GPU nodes, the experiment CRD, per-test namespaces and a real
+Prometheus. See README.md here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
 
+from cluster_choice import RefusedClusterError, external_kubeconfig
 from experiment_crd import CRD_FILE, CRD_NAME
 from fake_gpu_nodes import (
     AGENT_CPU_NODE_NAMES,
@@ -41,10 +43,6 @@ from prometheus_server import Prometheus, PrometheusMissingError, find_prometheu
 
 # Extra feature gates for the built-in apiserver (kopf's shard_selectors need this one, k8s >= 1.36).
 FEATURE_GATES = ("ShardedListAndWatch=true",)
-
-
-def use_external_cluster() -> bool:
-    return bool(os.environ.get("KUBECONFIG")) and os.environ.get("SPECDECODE_TEST_CLUSTER") != "builtin"
 
 
 @pytest.fixture(scope="session")
@@ -73,9 +71,13 @@ def control_plane_factory(k8s_bin_dir: Path, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="session")
 def cluster(k8s_bin_dir: Path, control_plane_factory: Any) -> Cluster:
-    """The cluster under test: $KUBECONFIG's (unless SPECDECODE_TEST_CLUSTER=builtin), else a fresh one."""
-    if use_external_cluster():
-        return external_cluster(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), k8s_bin_dir)
+    """The cluster under test: a fresh control plane, or $SPECDECODE_E2E_KUBECONFIG's (cluster_choice.py)."""
+    try:
+        external = external_kubeconfig(os.environ)
+    except RefusedClusterError as e:
+        pytest.fail(str(e), pytrace=False)
+    if external is not None:
+        return external_cluster(external, k8s_bin_dir)
     cp: ControlPlane = control_plane_factory(feature_gates=FEATURE_GATES, agent_nodes=AGENT_NODE_NAMES)
     assert cp.cluster is not None
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.items())
@@ -93,7 +95,7 @@ def gpu_nodes(cluster: Cluster) -> list[str]:
         found = cluster.get_json("nodes", "-l", f"nvidia.com/gpu.product={GPU_PRODUCT}")["items"]
         if not found:
             pytest.skip(
-                f"the cluster from KUBECONFIG has no node labelled nvidia.com/gpu.product={GPU_PRODUCT}"
+                f"the cluster from SPECDECODE_E2E_KUBECONFIG has no node labelled nvidia.com/gpu.product={GPU_PRODUCT}"
             )
     selector = f"nvidia.com/gpu.product={GPU_PRODUCT}"
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import errno
 import json
+import os
 import secrets
-import subprocess
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -346,10 +347,12 @@ def test_a_load_job_killed_mid_run_keeps_the_stages_it_finished(
         ),
         timeout=120,
     )
-    killed = subprocess.run(
-        ["pkill", "-KILL", "-f", f"results-configmap {name}-results"], check=False
-    ).returncode
-    assert killed == 0, "no load generator process to kill"
+    # The load generator this test's node agent started (never a pattern that another run's matches).
+    (load_pod,) = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+    runtime = node_agent.pods[load_pod["metadata"]["uid"]]
+    (container,) = runtime.containers
+    assert container.proc is not None and container.proc.poll() is None, "no load generator process to kill"
+    os.killpg(container.proc.pid, signal.SIGKILL)  # the container: its own process group
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Failed" and status["reason"] == "LoadJobFailed", detail
@@ -511,6 +514,7 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     )
     doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}
     doc["spec"]["speculative"]["numSpeculativeTokens"] = 1
+    doc["spec"]["analysis"] = {**doc["spec"].get("analysis", {}), "crossover": "IfApart"}
     slow = AGENT_GPU_NODE_NAMES[1]
     node_agent.node_env[slow] = {"SPECDECODE_SIM_SPEED_FACTOR": "1.1"}
     try:
@@ -530,3 +534,20 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     # The placement alone: 1.1x when the control got the slow node, 1/1.1 when the treatment did.
     placement_effect = 1.1 if nodes["control"] == slow else 1 / 1.1
     assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(placement_effect, rel=0.04), detail
+    # The crossover was asked for (IfApart) and the arms are apart, but the operator does not swap
+    # nodes (run --local swaps GPUs): it says so and no pass stands, so the placement never promotes.
+    crossover = status["crossover"]
+    assert (crossover["mode"], crossover["ran"], crossover["reason"]) == (
+        "IfApart",
+        False,
+        "NotSupportedByOperator",
+    ), detail
+    assert status["verdict"] != "Promote", detail
+    if nodes["control"] == slow:  # measured 1.1x > minSpeedup 1.05: the pass the placement made is withheld
+        assert (status["verdict"], status["reason"], crossover["demoted"]) == (
+            "Inconclusive",
+            "PlacementEffect",
+            ["c1"],
+        ), detail
+    else:
+        assert (status["verdict"], crossover["demoted"]) == ("Reject", []), detail

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,48 @@ def test_garbled_files_get_one_line_and_no_traceback(
 def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "/nonexistent/exp.yaml")
     assert code == 2 and err.strip() == "/nonexistent/exp.yaml: no such file"
+
+
+def test_validate_reads_standard_input_given_a_dash(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(experiment_document())))
+    code, out, err = run(capsys, "-")
+    assert (code, err) == (0, "")
+    assert out == f"<stdin>: {experiment_document()['metadata']['name']}: valid\n"
+
+
+def test_invalid_standard_input_names_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: [unclosed\n"))
+    code, _, err = run(capsys, "-")
+    assert code == 2
+    assert err.startswith("<stdin>: not valid YAML")
+
+
+def test_a_kustomize_output_with_a_config_map_skips_it_and_validates_the_experiment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prompts"}, "data": {}}
+    path = tmp_path / "all.yaml"
+    path.write_text(yaml.safe_dump_all([config_map, experiment_document()]))
+    code, out, err = run(capsys, str(path))
+    assert (code, err) == (0, "")
+    name = experiment_document()["metadata"]["name"]
+    assert out.splitlines() == [
+        f"{path}: {name}: valid",
+        f"{path}[0]: ConfigMap prompts: skipped (not a SpecDecodeExperiment)",
+    ]
+
+
+def test_an_experiment_with_a_mistyped_kind_is_still_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = experiment_document()
+    document["kind"] = "SpecDecodeExperment"
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(document))
+    code, _, err = run(capsys, str(path))
+    assert code == 2
+    assert "kind: must be 'SpecDecodeExperiment'" in err

@@ -139,3 +139,18 @@ def test_end_to_end_latency_fields_are_e2e_on_the_wire_and_the_old_spelling_is_s
     assert ArmSummary.model_validate({"e2EP50": 4.0, "e2eP90": 5.0}).e2e_p50 == 4.0
     crd_text = (ROOT / "crds/specdecodeexperiments.specdecode.io.yaml").read_text()
     assert "e2eP50:" in crd_text and "e2EP" not in crd_text
+
+
+class _Yaml11Loader(yaml.SafeLoader):
+    """Reads y/Y/n/N as booleans, as YAML 1.1 and go-yaml v2 (kubectl's sigs.k8s.io/yaml) do."""
+
+    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}  # noqa: RUF012
+
+
+_Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:bool", crd.YAML11_BOOL, list("yYnNtTfFoO"))
+
+
+def test_the_crd_reads_the_same_under_yaml_1_1_where_n_is_false() -> None:
+    # The speed-up's property `n` written plainly would reach the API server as the key `false`.
+    assert yaml.load(CRD_FILE.read_text(), Loader=_Yaml11Loader) == crd.build_crd()
+    assert "'n':" in CRD_FILE.read_text()

@@ -290,6 +290,18 @@ def test_condition_transition_times_only_move_on_change() -> None:
     )
 
 
+def test_a_condition_that_changes_status_gets_the_time_of_the_change() -> None:
+    first = reconcile.decide(subject(), at(Phase.PENDING), Observed(), T0).status
+    analyzing = first.model_copy(update={"phase": Phase.ANALYZING})
+    later = T0 + timedelta(hours=1)
+    done = reconcile.decide(subject(), analyzing, Observed(analysis=judgement(Verdict.PROMOTE)), later).status
+    assert done.phase is Phase.COMPLETED
+    for kind in ("Completed", "Promoted"):  # False -> True now
+        assert (condition(first, kind).status, condition(done, kind).status) == ("False", "True")
+        assert condition(done, kind).last_transition_time == later.isoformat().replace("+00:00", "Z")
+    assert condition(done, "Stalled").last_transition_time == condition(first, "Stalled").last_transition_time
+
+
 def test_the_load_waits_until_prometheus_scrapes_both_arms() -> None:
     waiting = reconcile.decide(subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), scraped=False), T0)
     assert waiting.status.phase is Phase.DEPLOYING
@@ -551,3 +563,51 @@ def test_the_verdict_keeps_saying_that_the_arms_ran_on_different_hosts() -> None
         subject(), at(Phase.ANALYZING), Observed(analysis=judgement(Verdict.PROMOTE)), T0
     )
     assert shared.status.message == "tpot 1.31x [1.24, 1.38] at low"
+
+
+def aborted(generation: int = 1, **overrides: object) -> reconcile.Subject:
+    plain = subject(generation, **overrides)
+    return reconcile.Subject(plain.name, plain.generation, plain.spec, aborted=True)
+
+
+def test_an_abort_during_the_load_fails_as_aborted_and_deletes_the_arms_and_the_load_job() -> None:
+    observed = Observed(arms=ready_arms(), job=JobState(exists=True, uid="job-uid"))
+    decision = reconcile.decide(aborted(cleanup="Never"), at(Phase.RUNNING), observed, T0)
+    assert decision.status.phase is Phase.FAILED
+    assert decision.status.reason == "Aborted"
+    assert decision.status.verdict is None
+    assert "while Running" in (decision.status.message or "")
+    # The GPUs are released whatever spec.cleanup says.
+    assert decision.actions == [Action.CLEANUP_ARMS, Action.DELETE_LOAD]
+    assert condition(decision.status, "Reconciling").status == "False"
+    assert condition(decision.status, "Stalled").reason == "Aborted"
+    assert [e.reason for e in decision.events] == ["Aborted"]
+
+
+def test_an_abort_while_deploying_deletes_only_what_exists() -> None:
+    half = {spec.Arm.CONTROL: ArmState(exists=True), spec.Arm.TREATMENT: ArmState()}
+    decision = reconcile.decide(aborted(), at(Phase.DEPLOYING), Observed(arms=half), T0)
+    assert decision.status.reason == "Aborted"
+    assert decision.actions == [Action.CLEANUP_ARMS]
+
+
+def test_an_abort_before_anything_is_deployed_deletes_nothing() -> None:
+    decision = reconcile.decide(aborted(), at(Phase.PENDING), Observed(), T0)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "Aborted")
+    assert decision.actions == []
+
+
+def test_an_abort_of_a_finished_experiment_changes_nothing() -> None:
+    done = at(Phase.COMPLETED).model_copy(update={"verdict": Verdict.PROMOTE, "reason": "StagesPassed"})
+    decision = reconcile.decide(aborted(), done, Observed(), T0)
+    assert decision.status == done
+    assert decision.events == []
+
+
+def test_an_abort_for_an_older_generation_does_not_stop_the_new_one() -> None:
+    """The handler sets `aborted` only when the annotation names the current generation; a spec edit
+    after an abort restarts the measurement (Failed of generation 1 -> Pending of generation 2)."""
+    failed = reconcile.decide(aborted(generation=1), at(Phase.RUNNING), Observed(), T0).status
+    decision = reconcile.decide(subject(generation=2), failed, Observed(), T0)
+    assert decision.status.phase is Phase.PENDING
+    assert decision.status.observed_generation == 2

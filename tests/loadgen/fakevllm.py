@@ -10,9 +10,11 @@ Ground truth: for each `x-request-id` it records, on `time.monotonic()` (one clo
 processes on Linux), when the request was fully received and when each token chunk was handed to
 the socket (stamped immediately before `transport.write`). `GET /truth` returns it as JSON.
 
-Faults, chosen by a marker in the prompt text: `FAULT:http500`, `FAULT:malformed` (a non-JSON
-event), `FAULT:badshape` (JSON of the wrong shape: `{"choices": ["x"]}`), `FAULT:streamerror` (an
-error event), `FAULT:disconnect` (closes after two chunks).
+Faults, chosen by a marker in the prompt text: `FAULT:http500`, `FAULT:http400`, `FAULT:badhttp`
+(a response head that is not HTTP), `FAULT:stall` (the response head, then nothing: the client's
+request timeout ends it), `FAULT:malformed` (a non-JSON event), `FAULT:badshape` (JSON of the wrong
+shape: `{"choices": ["x"]}`), `FAULT:streamerror` (an error event), `FAULT:disconnect` (closes after
+two chunks).
 Deliberately not the product's simulator (`specdecode sim`): this one is small enough to trust.
 """
 
@@ -94,14 +96,32 @@ class Server:
         fault = next(
             (
                 f
-                for f in ("http500", "malformed", "badshape", "streamerror", "disconnect")
+                for f in (
+                    "http500",
+                    "http400",
+                    "badhttp",
+                    "stall",
+                    "malformed",
+                    "badshape",
+                    "streamerror",
+                    "disconnect",
+                )
                 if f"FAULT:{f}" in prompt
             ),
             None,
         )
         self.truth[rid] = {"arrival": now, "emits": [], "fault": fault}
-        if fault == "http500":
-            self.reply(transport, 500, b'{"error":{"message":"injected"}}', "application/json")
+        if fault in ("http500", "http400"):
+            status = 500 if fault == "http500" else 400
+            self.reply(transport, status, b'{"error":{"message":"injected"}}', "application/json")
+            return
+        if fault == "badhttp":
+            transport.write(b"NOT-HTTP garbage\r\n\r\n")
+            return
+        if fault == "stall":  # the head, then silence until the client gives up and closes
+            transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
             return
         transport.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -1,16 +1,14 @@
 """The load generator against the project's vLLM simulator (`specdecode sim`) on loopback.
 
 The simulator records when it wrote each chunk (CLOCK_MONOTONIC, keyed by our `x-request-id`) at
-`/sim/ground_truth`; these tests compare the client's measurements with it. They need
-`specdecode.simulator` importable (or `SPECDECODE_SIM_PYTHON` naming an interpreter that has it).
+`/sim/ground_truth`; these tests compare the client's measurements with it. The simulator runs from
+this interpreter (it is part of the package: nothing here skips).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -28,15 +26,7 @@ from specdecode.loadgen import runner, summary
 from .conftest import realtime
 from .test_runner import make_spec, read_records, run
 
-
-def _sim_python() -> str | None:
-    if importlib.util.find_spec("specdecode.simulator") is not None:
-        return sys.executable
-    return os.environ.get("SPECDECODE_SIM_PYTHON")
-
-
-SIM_PYTHON = _sim_python()
-pytestmark = pytest.mark.skipif(SIM_PYTHON is None, reason="specdecode.simulator is not installed here")
+SIM_PYTHON = sys.executable
 
 # Real-time priority where permitted (see conftest.realtime); no busy-wait before steps, which under
 # SCHED_FIFO would use up the real-time budget the client needs too.
@@ -56,7 +46,6 @@ class Sim:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        assert SIM_PYTHON is not None
         cmd = [SIM_PYTHON, "-c", _LAUNCH, "m", "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--wake-margin-ms", "0", "--seed", "3", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

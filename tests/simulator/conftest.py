@@ -155,6 +155,10 @@ class Prometheus:
     proc: subprocess.Popen[bytes]
     port: int
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def query(self, promql: str) -> list[dict[str, Any]]:
         from urllib.parse import urlencode
 

@@ -19,7 +19,17 @@ from typing import Any
 from specdecode.controller import observe, prometheus, results
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import confirm, manifests, promql, reconcile, records, spec, status, verdict
+from specdecode.experiment import (
+    confirm,
+    crossover,
+    manifests,
+    promql,
+    reconcile,
+    records,
+    spec,
+    status,
+    verdict,
+)
 from specdecode.report import page
 
 
@@ -229,13 +239,17 @@ async def collect(
         return reconcile.CollectFailure(
             "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
         )
+    # Issue 22: the operator does not swap the arms' nodes; a Promote it was asked to check is withheld.
+    analysis, checked = crossover.by_operator(experiment, analysis, current.environment)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     # analysis.confirm: the confirmation round runs in `specdecode run --local` only, for now.
     recommendation = confirm.unless_run(
         experiment, analysis.recommendation, confirm.Reason.NOT_SUPPORTED_BY_OPERATOR
     )
-    judged = analysis.apply(current).model_copy(update={"recommendation": recommendation})
+    judged = analysis.apply(current).model_copy(
+        update={"crossover": checked, "recommendation": recommendation}
+    )
     message = analysis.message
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
@@ -249,6 +263,7 @@ async def collect(
         stages=analysis.stages,
         recommendation=recommendation,
         noise_floor=analysis.noise_floor,
+        crossover=checked,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,

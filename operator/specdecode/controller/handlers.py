@@ -96,6 +96,9 @@ async def _reconcile(
     document = _document(body)
     current = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
     subject = _subject(name, generation, document, settings)
+    annotations = body.metadata.get("annotations") or {}
+    if annotations.get(reconcile.ABORT_ANNOTATION) == str(generation):
+        subject = replace(subject, aborted=True)
     now = now or datetime.now(UTC)
     observed: reconcile.Observed | None = None
     decision: reconcile.Decision | None = None
@@ -327,6 +330,10 @@ async def _apply(
         for arm in spec.Arm:
             deployment = manifests.Names(name).arm(arm)
             await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
+        return
+    if action is reconcile.Action.DELETE_LOAD:
+        job = manifests.Names(name).load_job
+        await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
         return
     if subject.spec is None:  # decide() asks for children only of a spec that validated
         raise kopf.PermanentError(f"{action.value}: the experiment has no valid spec to render")

@@ -30,6 +30,8 @@ class OperatorMetrics:
             registry=self.registry,
         )
         self._known: dict[tuple[str, str], tuple[str, str]] = {}
+        #: (namespace, name) -> the stages with a `specdecode_speedup` series, removed by `forget`
+        self._stages: dict[tuple[str, str], set[str]] = {}
 
     def serve(self, port: int) -> None:
         """Expose /metrics on all interfaces."""
@@ -38,18 +40,31 @@ class OperatorMetrics:
     def observe(self, namespace: str, name: str, status: ExperimentStatus) -> None:
         """Record one experiment's latest status."""
         self._known[(namespace, name)] = (status.phase.value, status.verdict.value if status.verdict else "")
+        self._count()
+        estimated: set[str] = set()
+        for stage in status.stages:
+            if stage.speedup is not None and stage.speedup.estimate is not None:
+                self.speedup.labels(namespace=namespace, experiment=name, stage=stage.name).set(
+                    stage.speedup.estimate
+                )
+                estimated.add(stage.name)
+        # A spec edit drops the old verdict from the status: its speed-ups go with it.
+        for gone in self._stages.get((namespace, name), set()) - estimated:
+            self.speedup.remove(namespace, name, gone)
+        self._stages[(namespace, name)] = estimated
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The experiment was deleted: it is no longer counted and its speed-up series are removed."""
+        self._known.pop((namespace, name), None)
+        self._count()
+        for stage in self._stages.pop((namespace, name), set()):
+            self.speedup.remove(namespace, name, stage)
+
+    def _count(self) -> None:
+        """`specdecode_experiments` from the known experiments (a phase left by all drops its series)."""
         self.experiments.clear()
         counts: dict[tuple[str, str], int] = {}
         for key in self._known.values():
             counts[key] = counts.get(key, 0) + 1
         for (phase, verdict), count in counts.items():
             self.experiments.labels(phase=phase, verdict=verdict).set(count)
-        for stage in status.stages:
-            if stage.speedup is not None and stage.speedup.estimate is not None:
-                self.speedup.labels(namespace=namespace, experiment=name, stage=stage.name).set(
-                    stage.speedup.estimate
-                )
-
-    def forget(self, namespace: str, name: str) -> None:
-        """The experiment was deleted."""
-        self._known.pop((namespace, name), None)

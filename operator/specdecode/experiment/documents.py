@@ -1,7 +1,8 @@
 """Reading experiment files: YAML (multi-document) in, validated experiments or field-named problems out.
 
 Used by `specdecode validate` and `specdecode run`; a garbled or unreadable file gets one line,
-never a traceback.
+never a traceback. Documents of other kinds (the ConfigMap beside an experiment in a kustomize
+file) are skipped and named, never failed; `validate -` reads standard input.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class FileReport:
     path: str
     experiments: list[Experiment] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Documents of other kinds, e.g. `FILE[1]: ConfigMap prompts`."""
 
 
 class UnreadableFileError(Exception):
@@ -53,20 +56,40 @@ def load_documents(path: Path) -> list[Any]:
         raise UnreadableFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UnreadableFileError(f"{path}: cannot read: {exc}") from None
+    return parse_documents(text, str(path))
+
+
+def parse_documents(text: str, name: str) -> list[Any]:
+    """All YAML documents of `text` (empty documents dropped); `name` says where in errors."""
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UnreadableFileError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise UnreadableFileError(f"{name}: not valid YAML{where}: {problem}") from None
 
 
-def read_file(path: Path) -> FileReport:
-    """Validate every document of a file."""
+def other_kind(document: Any) -> str | None:
+    """`KIND NAME` of a resource that is not an experiment at all (another kind, outside our API
+    group), or None: a typo in an experiment's kind or apiVersion is still reported."""
+    if not isinstance(document, dict):
+        return None
+    kind, api_version = document.get("kind"), document.get("apiVersion")
+    if not isinstance(kind, str) or kind == spec.KIND:
+        return None
+    if isinstance(api_version, str) and api_version.startswith(f"{spec.API_GROUP}/"):
+        return None
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return f"{kind} {name}" if name else kind
+
+
+def read_file(path: Path, *, text: str | None = None) -> FileReport:
+    """Validate every experiment of a file (`text`: its content, already read, e.g. stdin)."""
     report = FileReport(str(path))
     try:
-        documents = load_documents(path)
+        documents = load_documents(path) if text is None else parse_documents(text, str(path))
     except UnreadableFileError as exc:
         report.problems.append(str(exc))
         return report
@@ -74,6 +97,10 @@ def read_file(path: Path) -> FileReport:
         report.problems.append(f"{path}: holds no document")
     for i, document in enumerate(documents):
         where = f"{path}" if len(documents) == 1 else f"{path}[{i}]"
+        skipped = other_kind(document)
+        if skipped is not None:
+            report.skipped.append(f"{where}: {skipped}")
+            continue
         problems = validation.check_document(document)
         if problems:
             report.problems.extend(f"{where}: {problem}" for problem in problems)
@@ -102,16 +129,28 @@ def load_experiment(path: Path) -> Experiment:
 #: what `validate` adds for an A/A run: the speculative config was checked all the same
 NOISE_FLOOR_NOTE = " (analysis.mode NoiseFloor: an A/A run; spec.speculative is validated, not used)"
 
+STDIN = "-"
+"""The file name that means standard input (`specdecode validate -`, `kustomize build | ...`)."""
 
-def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
-    """`specdecode validate`: 0 when every document is valid, 2 with one line per problem otherwise."""
+
+def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: TextIO | None = None) -> int:
+    """`specdecode validate`: 0 when every experiment is valid, 2 with one line per problem otherwise;
+    documents of other kinds are named as skipped."""
     failed = False
     for name in paths:
-        report = read_file(Path(name))
+        if name == STDIN:
+            if stdin is None:
+                raise ValueError("validate_files: '-' needs stdin")
+            report = read_file(Path("<stdin>"), text=stdin.read())
+            name = "<stdin>"
+        else:
+            report = read_file(Path(name))
         for problem in report.problems:
             print(problem, file=err)
         failed = failed or bool(report.problems)
         for experiment in report.experiments:
             note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
             print(f"{name}: {experiment.name}: valid{note}", file=out)
+        for skipped in report.skipped:
+            print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
     return 2 if failed else 0

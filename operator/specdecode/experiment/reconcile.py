@@ -9,6 +9,12 @@ Phases (design.md §3)::
     Pending --(valid; stale children gone)--> Deploying --(both arms Ready)--> Running
     Running --(load Job succeeded)--> Analyzing --(results judged)--> Completed (verdict)
     any active phase --(invalid spec, pod failure, Job failure, deadline, no data)--> Failed (reason)
+    any active phase --(annotation specdecode.io/abort = the generation)--> Failed (Aborted)
+
+An abort (`kubectl specdecode abort`) deletes both arms and the load Job whatever `spec.cleanup`
+says (the point is to release the GPUs now); a run aborted during the load keeps the stages it
+finished, as any failure during the load does. The annotation names the generation it aborts, so
+a later spec edit starts a fresh, unaborted measurement.
 
 A spec change (new `metadata.generation`) restarts the experiment: children built for another
 generation are deleted, status is reset, and the measurement starts again. A verdict is bound to
@@ -28,6 +34,8 @@ from specdecode.experiment import placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
+ABORT_ANNOTATION = f"{spec.API_GROUP}/abort"
+"""Set to the experiment's `metadata.generation` to abort that generation (`kubectl specdecode abort`)."""
 """How status.message starts while a fault (or a transient collection failure) is retried."""
 
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
@@ -52,6 +60,8 @@ class Action(StrEnum):
     """Create-if-absent the load Job."""
     CLEANUP_ARMS = "CleanupArms"
     """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
+    DELETE_LOAD = "DeleteLoad"
+    """Delete the load Job and its pod (an abort: the load stops now)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class Judgement:
     stages: list[status.StageResult] = field(default_factory=list)
     recommendation: status.Recommendation | None = None
     noise_floor: status.NoiseFloor | None = None
+    crossover: status.CrossoverResult | None = None
     speedup_summary: str | None = None
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
@@ -199,6 +210,8 @@ class Subject:
     spec: spec.ExperimentSpec | None
     """None when the spec is invalid (then `problems` says why)."""
     problems: Sequence[str] = ()
+    aborted: bool = False
+    """`ABORT_ANNOTATION` names this generation: end it now (Failed, reason Aborted)."""
 
 
 def needs_reconcile(current: ExperimentStatus, generation: int) -> bool:
@@ -223,6 +236,8 @@ def decide(
         return _restart(subject, observed, now)
     if current.phase.is_terminal:
         return _terminal(subject, current, observed)
+    if subject.aborted:
+        return _abort(subject, current, observed, now)
     if subject.spec is None:
         return _fail(
             current, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid"
@@ -440,6 +455,7 @@ def _analyzing(
             "validity": outcome.validity,
             "environment": environment,
             "results_ref": outcome.results_ref,
+            "crossover": outcome.crossover,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
         }
@@ -448,6 +464,24 @@ def _analyzing(
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     return Decision(done, _cleanup_actions(subject, done, observed), [event])
+
+
+def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
+    """Failed with reason Aborted; both arms and the load Job are deleted whatever `spec.cleanup` says."""
+    was = current.phase.value
+    failed = _fail(
+        current,
+        subject,
+        now,
+        "Aborted",
+        f"aborted by the annotation {ABORT_ANNOTATION} while {was}; the arms and the load Job are deleted",
+    )
+    actions = [Action.DELETE_STALE] if observed.stale_children else []
+    if any(a.exists for a in observed.arms.values()):
+        actions.append(Action.CLEANUP_ARMS)
+    if observed.job.exists:
+        actions.append(Action.DELETE_LOAD)
+    return Decision(failed.status, actions, failed.events)
 
 
 def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed) -> Decision:

@@ -567,6 +567,18 @@ class Slo(Model):
 RequireStages = Literal["all", "any"] | list[str]
 
 
+class Crossover(StrEnum):
+    """Whether to repeat the stages with the arms' placements swapped, to measure the placement effect
+    (issue 22; `crossover.py`)."""
+
+    OFF = "Off"
+    """No repeat: when the arms ran on different hosts, the speed-up includes the placement (flagged)."""
+    IF_APART = "IfApart"
+    """Repeat only when the arms' hosts differ (`status.environment.hostDifferences` not empty)."""
+    ALWAYS = "Always"
+    """Repeat whenever the arms have placements that can be swapped."""
+
+
 class AnalysisMode(StrEnum):
     """What the run measures."""
 
@@ -602,6 +614,15 @@ class AnalysisSpec(Model):
     """`all`, `any`, or a list of stage names that must pass for Promote."""
     sequential: bool = True
     """Stop a stage early once its decision can no longer change (error guarantee holds under the looks)."""
+    crossover: Crossover = Crossover.OFF
+    """`Off` (default), `IfApart` or `Always`: after the stages, repeat each with the arms' placements
+    swapped (the control where the treatment ran and back), estimate the placement effect from the two
+    rounds, and turn a stage that would pass into Inconclusive (`PlacementEffect`) when that effect is
+    comparable to its margin over minSpeedup. Run by `specdecode run --local` (the arms' GPU sets
+    swapped). The operator does not swap nodes yet: with the arms on different hosts it withholds
+    any pass (`status.crossover.reason: NotSupportedByOperator`), so the placement never promotes."""
+    crossover_fraction: float = Field(default=0.5, gt=0, le=1)
+    """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs)."""
     confirm: bool = False
     """After the stages, restart the treatment with the recommended `num_speculative_tokens_per_batch_size`
     and run the stages against the control again; `status.recommendation.confirmed` is true only if no

@@ -365,6 +365,31 @@ class CategoryResult(StatusModel):
     """Tokens per verify step, bonus token included."""
 
 
+class StagePlacement(StatusModel):
+    """The placement effect of one stage, from the crossover (`analysis.crossover`, `crossover.py`).
+
+    Round 1 is the stage as measured; round 2 repeats it with the arms' placements swapped. With r1
+    and r2 the two rounds' speed-ups, `speedup` = sqrt(r1 * r2) (the host factor cancels) and `effect`
+    = sqrt(r1 / r2) (how much faster round 1's treatment placement made the treatment look)."""
+
+    effect: float | None = None
+    """The placement effect in round 1: > 1 means the placement made the treatment look faster."""
+    ci_low: float | None = None
+    """Lower confidence bound of `effect`."""
+    ci_high: float | None = None
+    """Upper confidence bound of `effect`."""
+    speedup: float | None = None
+    """The speed-up without the placement: the geometric mean of both rounds' speed-ups."""
+    speedup_ci_low: float | None = None
+    """Lower confidence bound of `speedup`."""
+    speedup_ci_high: float | None = None
+    """Upper confidence bound of `speedup`."""
+    swapped: Speedup | None = None
+    """Round 2's speed-up (placements swapped; fixed-horizon paired interval)."""
+    demoted: bool = False
+    """The stage would have passed; the placement effect turned it Inconclusive (`PlacementEffect`)."""
+
+
 class StageResult(StatusModel):
     """Results and verdict of one load stage."""
 
@@ -397,6 +422,8 @@ class StageResult(StatusModel):
     (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
     categories: list[CategoryResult] = Field(default_factory=list)
     """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
+    placement: StagePlacement | None = None
+    """The placement effect and the speed-up without it (only when the crossover ran)."""
 
 
 class ConfirmationStage(StatusModel):
@@ -438,6 +465,38 @@ class Recommendation(StatusModel):
     `specdecode run --local` only, for now)."""
     confirmation: list[ConfirmationStage] = Field(default_factory=list)
     """`analysis.confirm`: each stage of the confirmation round."""
+
+
+class CrossoverPlacement(StatusModel):
+    """Where each arm ran in one round of the crossover (a node, or in `run --local` the GPUs)."""
+
+    control: str | None = None
+    """The control arm's placement."""
+    treatment: str | None = None
+    """The treatment arm's placement."""
+
+
+class CrossoverResult(StatusModel):
+    """Whether the placement check (`analysis.crossover`) ran, where, and what it found."""
+
+    mode: str
+    """`IfApart` or `Always` (the spec's `analysis.crossover`)."""
+    ran: bool = False
+    """The stages were repeated with the placements swapped."""
+    reason: str | None = None
+    """Why it did not run: `NotApart` (IfApart, same hosts), `SamePlacement` (nothing to swap: one
+    placement for both arms), `ServersGiven` (`--control-url`/`--treatment-url`: nothing to redeploy),
+    `NotSupportedByOperator` (the operator does not swap nodes yet: with the arms apart no pass
+    stands), `NotMeasured` (no verdict to check),
+    `SwappedRoundFailed` (started, but the swapped round could not be measured: no pass stands)."""
+    message: str | None = None
+    """One line: what was found, or why it did not run."""
+    rounds: list[CrossoverPlacement] = Field(default_factory=list)
+    """Round 1 (as measured) and round 2 (swapped)."""
+    effects: dict[str, float] = Field(default_factory=dict)
+    """The placement effect per stage (stage name → `stages[].placement.effect`)."""
+    demoted: list[str] = Field(default_factory=list)
+    """Stages that would have passed and are Inconclusive because of the placement effect."""
 
 
 class StageNoiseFloor(StatusModel):
@@ -534,5 +593,7 @@ class ExperimentStatus(StatusModel):
     """The A/A result (only with `analysis.mode: NoiseFloor`)."""
     validity: dict[str, Any] | None = None
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
+    crossover: CrossoverResult | None = None
+    """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""

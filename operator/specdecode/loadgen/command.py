@@ -2,7 +2,7 @@
 
 Exit statuses (`specdecode.exit_status`): 0 the run completed (read `validity` in the summary
 before trusting it); 2 invalid input (experiment file, dataset, URL); 3 could not measure (no
-request succeeded).
+request succeeded, or `--out` cannot be written: `exit_status.ResultsUnwritable`).
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def main(
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"specdecode loadgen: {line}", file=err)
         return exit_status.INVALID
+    exit_status.prepare_results_directory(out)  # before the first request (ResultsUnwritable: exit 3)
     progress: runner.Progress | None = None if quiet else _Printer(err)
     if after_stage is not None:
         progress = _AfterStage(progress, after_stage)

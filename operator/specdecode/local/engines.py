@@ -143,12 +143,13 @@ class Engines:
         for arm, url in urls.items():
             self.arms[arm] = Arm(arm, url.rstrip("/"))
 
-    def start(self, arm: spec.Arm, *, gpus: str | None = None) -> Arm:
-        """Start one arm's process; returns at once (see `wait_healthy`)."""
+    def start(self, arm: spec.Arm, *, gpus: str | None = None, log_name: str | None = None) -> Arm:
+        """Start one arm's process (logging to `log_name`.log, default the arm's name); returns at
+        once (see `wait_healthy`). An arm started again replaces the stopped one."""
         port = free_port()
         argv = local_argv(self.spec, arm, port, self.release)
         self.logs.mkdir(parents=True, exist_ok=True)
-        log = self.logs / f"{arm.value}.log"
+        log = self.logs / f"{log_name or arm.value}.log"
         env = dict(os.environ)
         env.update({e.name: e.value for e in self.spec.engine.env if e.value is not None})
         if gpus is not None:

@@ -48,6 +48,7 @@ from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     confirm,
+    crossover,
     documents,
     placement,
     records,
@@ -64,6 +65,8 @@ from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
 EXPERIMENT_FILE = "experiment.yaml"
+#: The swapped round's load (`analysis.crossover`): DIR/crossover/requests.jsonl, windows.json, ...
+CROSSOVER_DIR = "crossover"
 #: `analysis.confirm`: the confirmation round's load (requests.jsonl, windows.json) under DIR
 CONFIRMATION_DIR = "confirmation"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
@@ -111,8 +114,9 @@ def run(path: Path, options: Options) -> int:
         console.print("give both --control-url and --treatment-url, or neither", markup=False)
         return exit_status.INVALID
     out = options.out
-    out.mkdir(parents=True, exist_ok=True)
-    (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
+    exit_status.prepare_results_directory(out)  # before any arm starts (ResultsUnwritable: exit 3)
+    with exit_status.writing_results(out):
+        (out / EXPERIMENT_FILE).write_text(yaml.safe_dump(experiment.document, sort_keys=False))
     show = view.make_view(options.mode)
     run_ = _Run(experiment, options, show)
     try:
@@ -178,8 +182,8 @@ class _Run:
         self.hosts: dict[spec.Arm, status.Host] = {}
         self.judged: ExperimentStatus | None = None
         """The verdict, once reached (`analysis.confirm`: before the confirmation round)."""
-        self.gpus: dict[spec.Arm, str] | None = None
-        """Both arms started here side by side: their GPUs (none for the simulator)."""
+        self.gpus: dict[spec.Arm, str] = {}
+        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -214,8 +218,8 @@ class _Run:
                 arms.start(arm, gpus=gpus.get(arm))
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
+            self.gpus = dict(gpus)
             self._load_together(arms, gpus)
-            self.gpus = gpus
         else:
             self._load_one_after_the_other(arms)
         return self._judge(arms)
@@ -307,7 +311,7 @@ class _Run:
             # what was measured is kept, also when the load ended by a crash or Ctrl-C
             self.records.extend(_read_records(out))
             if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
-                with (self.out / "requests.jsonl").open("a") as sink:
+                with exit_status.writing_results(self.out), (self.out / "requests.jsonl").open("a") as sink:
                     sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
         self.validity = result.summary.get("validity")
@@ -322,11 +326,25 @@ class _Run:
         arms: engines.Engines,
         stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
-        """The load, cancelled as soon as an arm's process dies."""
-        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=self.view))
+        """The load, cancelled as soon as an arm's process dies or an arm cannot be reached."""
+        reach = _Reachability(self.view)
+        load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=reach))
+        reach.stop = load.cancel  # at once: refused connections fail hundreds of requests a second
         # After the load too: a dead arm fails its last requests at once, so the load may end first.
         settled: float | None = None
         while settled is None or time.monotonic() < settled:
+            if reach.unreachable is not None:
+                load.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await load
+                arm = reach.unreachable
+                flag = f" (--{arm}-url)" if self.options.control_url else ""
+                raise ArmFailure(
+                    "EngineUnreachable",
+                    f"the {arm} arm at {endpoints[arm].url}{flag} cannot be reached: its first "
+                    f"{_Reachability.FIRST} requests failed to connect; the load stopped there. Is the "
+                    "server running, and is the URL right?",
+                )
             crashed = arms.crashed()
             if crashed is not None:
                 load.cancel()
@@ -376,12 +394,14 @@ class _Run:
         if self.spec.prometheus is not None:
             windows = self._prometheus_windows()
         analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
+        analysis, checked = self._crossover(arms, analysis)
         judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
         judged = judged.model_copy(
             update={
                 "completed_at": _now(),
                 "validity": self.validity,
                 "message": placement.qualify(judged.message or "", judged.environment),
+                "crossover": checked,
             }
         )
         if self.loads:
@@ -399,6 +419,103 @@ class _Run:
             judged = judged.model_copy(update=update)
             self._write(judged)
         return judged
+
+    def _crossover(
+        self, arms: engines.Engines, analysis: verdict.Analysis
+    ) -> tuple[verdict.Analysis, status.CrossoverResult | None]:
+        """`analysis.crossover`: the stages again with the arms' GPUs swapped, folded in by `crossover.apply`."""
+        a = self.spec.analysis
+        if a.crossover is spec.Crossover.OFF:
+            return analysis, None
+        if not analysis.measured:
+            return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check")
+        if not crossover.wanted(a, self.status.environment):
+            return analysis, crossover.not_apart(a)
+        if self.options.control_url is not None:
+            return analysis, crossover.skipped(
+                a,
+                crossover.SERVERS_GIVEN,
+                "the arms are the servers given by --control-url and --treatment-url, which run --local "
+                "cannot move: nothing to swap",
+            )
+        if self.loads or len(set(self.gpus.values())) < 2:
+            return analysis, crossover.skipped(
+                a,
+                crossover.SAME_PLACEMENT,
+                "both arms had the same placement (one after the other on the same GPUs, or simulator "
+                "processes without GPUs): nothing to swap",
+            )
+        first = {arm: _placement_of(self.hosts.get(arm), self.gpus[arm]) for arm in spec.Arm}
+        swapped_gpus = {
+            spec.Arm.CONTROL: self.gpus[spec.Arm.TREATMENT],
+            spec.Arm.TREATMENT: self.gpus[spec.Arm.CONTROL],
+        }
+        for arm in spec.Arm:
+            left = arms.stop(arm)
+            if left:
+                raise engines.EngineError(
+                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
+                )
+        rounds = [
+            status.CrossoverPlacement(control=first[spec.Arm.CONTROL], treatment=first[spec.Arm.TREATMENT])
+        ]
+        try:
+            swapped_spec, recs, result = self._swapped_round(arms, swapped_gpus, rounds)
+        except (engines.EngineError, ArmFailure) as exc:
+            # Round 1 stands as measured; the check it asked for did not happen, so no pass stands.
+            self.view.message(f"crossover: the swapped round failed: {exc}")
+            failure = str(exc).splitlines()[0]
+            return crossover.apply(self.spec, analysis, [], rounds, failure=failure)
+        validity = result.summary.get("validity")
+        if isinstance(validity, dict) and not bool(validity.get("valid", True)):
+            why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+            return crossover.apply(
+                self.spec, analysis, [], rounds, failure=f"its measurement is invalid: {why}"
+            )
+        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
+        return crossover.apply(self.spec, analysis, stages, rounds)
+
+    def _swapped_round(
+        self,
+        arms: engines.Engines,
+        swapped_gpus: Mapping[spec.Arm, str],
+        rounds: list[status.CrossoverPlacement],
+    ) -> tuple[spec.ExperimentSpec, list[records.RequestRecord], runner.RunResult]:
+        """Both arms started again on each other's GPUs, then the swapped round's load; appends its placement to `rounds`."""
+        for arm in spec.Arm:
+            arms.start(arm, gpus=swapped_gpus[arm], log_name=f"{arm.value}-swapped")
+            self.view.message(f"crossover: started the {arm.value} arm on GPUs {swapped_gpus[arm]}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds)
+        with httpx.Client(timeout=2.0) as client:
+            second = {
+                arm: _placement_of(_arm_host(client, arms.arms[arm], swapped_gpus[arm]), swapped_gpus[arm])
+                for arm in spec.Arm
+            }
+        rounds.append(
+            status.CrossoverPlacement(control=second[spec.Arm.CONTROL], treatment=second[spec.Arm.TREATMENT])
+        )
+        swapped_spec = crossover.swapped_spec(self.spec)
+        recs, result = self._load_swapped(arms, swapped_spec)
+        return swapped_spec, recs, result
+
+    def _load_swapped(
+        self, arms: engines.Engines, swapped_spec: spec.ExperimentSpec
+    ) -> tuple[list[records.RequestRecord], runner.RunResult]:
+        """The swapped round's load (fixed horizon) into DIR/crossover/; round 1's records stay apart."""
+        plan = plan_mod.plan_from_spec(
+            swapped_spec,
+            self.experiment.source.parent if self.experiment.source else Path.cwd(),
+            scrape_metrics=True,
+            salt=f"{self.spec.engine.seed}-local",
+        )
+        out = self.out / CROSSOVER_DIR
+        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        self.view.start()
+        try:
+            result = asyncio.run(self._watched(plan, endpoints, out, arms, lambda _stage, _recs: False))
+        finally:
+            self.view.stop()
+        return [r for r in _read_records(out) if not r.warmup], result
 
     # ------------------------------------------------------------------------------- confirmation
 
@@ -420,25 +537,33 @@ class _Run:
         self.view.message(
             f"confirmation: restarting the treatment with num_speculative_tokens_per_batch_size={schedule}"
         )
-        arms.spec = second
+        arms.spec = second  # the control's command line is the same under either spec
         out = self.out / CONFIRMATION_DIR
         treatment = spec.Arm.TREATMENT
-        if self.gpus is not None:  # both arms side by side: the control keeps serving
-            left = arms.stop(treatment)
-            if left:
-                raise engines.EngineError(f"the treatment arm's processes {left} survived SIGKILL")
-            started = arms.start(treatment, gpus=self.gpus.get(treatment))
+        if not self.loads:  # side by side: the control keeps serving where it served the first round
+            # ... unless the crossover moved both arms: then both go back to their first placements
+            moved = judged.crossover is not None and len(judged.crossover.rounds) > 1
+            restart = list(spec.Arm) if moved else [treatment]
+            for arm in restart:
+                left = arms.stop(arm)
+                if left:
+                    raise engines.EngineError(f"the {arm.value} arm's processes {left} survived SIGKILL")
+            for arm in restart:
+                started = arms.start(arm, gpus=self.gpus.get(arm), log_name=f"{arm.value}-confirmation")
+                self.view.message(f"confirmation: started the {arm.value} arm: {' '.join(started.argv)}")
         else:
-            started = arms.start(treatment, gpus=",".join(str(i) for i in range(self._gpus_per_arm())))
-        self.view.message(f"started the treatment arm: {' '.join(started.argv)}")
-        arms.wait_healthy(self.spec.deadlines.deploy_seconds, [treatment])
+            restart = [treatment]
+            gpus = ",".join(str(i) for i in range(self._gpus_per_arm()))
+            started = arms.start(treatment, gpus=gpus, log_name=f"{treatment.value}-confirmation")
+            self.view.message(f"confirmation: started the treatment arm: {' '.join(started.argv)}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds, restart)
         endpoints = {
             arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items() if not state.stopped
         }
         result = self._round_load(second, arms, endpoints, out)
         found = _read_records(out)
         windows, validity = result.windows, result.summary.get("validity")
-        if self.gpus is None:
+        if self.loads:
             control = self.loads[spec.Arm.CONTROL]
             found = [r for r in self.records if r.arm == spec.Arm.CONTROL.value] + found
             windows = _merged_windows(control.windows, result.windows)
@@ -541,15 +666,16 @@ class _Run:
         return final
 
     def _write(self, final: ExperimentStatus) -> None:
-        results.write_results(
-            self.out,
-            final,
-            self.records,
-            self.windows,
-            self.spec,
-            name=self.experiment.name,
-            write_inputs=False,
-        )
+        with exit_status.writing_results(self.out):
+            results.write_results(
+                self.out,
+                final,
+                self.records,
+                self.windows,
+                self.spec,
+                name=self.experiment.name,
+                write_inputs=False,
+            )
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -585,6 +711,15 @@ def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> statu
     return host.model_copy(update=facts)
 
 
+def _placement_of(host: status.Host | None, gpus: str) -> str:
+    """One arm's placement in words: its host, its GPUs and (simulated) the host's speed factor."""
+    where = f"{host.node} " if host is not None and host.node else ""
+    speed = (
+        f" (speedFactor {host.speed_factor:g})" if host is not None and host.speed_factor is not None else ""
+    )
+    return f"{where}GPUs {gpus}{speed}"
+
+
 def _merged_windows(
     control: Sequence[records.StageWindow], treatment: Sequence[records.StageWindow]
 ) -> list[records.StageWindow]:
@@ -617,6 +752,33 @@ def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
     return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
 
 
+class _Reachability:
+    """Passes the load's progress on, and notes an arm whose first requests all failed to connect
+    (a wrong `--control-url`, a server that is not running): the run stops at the start of the
+    warm-up instead of sending every request of every stage into a refused connection."""
+
+    FIRST = 3
+    """Requests per arm that decide (all failed to connect, none answered)."""
+
+    def __init__(self, progress: runner.Progress) -> None:
+        self.progress = progress
+        self.outcomes: dict[str, list[bool]] = {}
+        """Per arm: whether each of its first requests failed to connect."""
+        self.unreachable: str | None = None
+        self.stop: Callable[[], object] = lambda: None
+        """Stops the load (set once it runs)."""
+
+    def __call__(self, event: runner.ProgressEvent) -> None:
+        if isinstance(event, runner.RequestDone):
+            seen = self.outcomes.setdefault(event.arm, [])
+            if len(seen) < self.FIRST:
+                seen.append(not event.ok and event.error_class == "connect")
+                if len(seen) == self.FIRST and all(seen) and self.unreachable is None:
+                    self.unreachable = event.arm
+                    self.stop()
+        self.progress(event)
+
+
 def _write_windows(
     out: Path,
     anchor: records.RunAnchor,
@@ -636,7 +798,8 @@ def _write_windows(
             for arm, load in loads.items()
         },
     }
-    (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    with exit_status.writing_results(out):
+        (out / runner.WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _read_records(directory: Path) -> list[records.RequestRecord]:

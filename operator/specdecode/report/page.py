@@ -287,6 +287,48 @@ def _hosts_section(status: ExperimentStatus) -> str:
     )
 
 
+def _ratio(estimate: float | None, low: float | None, high: float | None) -> str:
+    if estimate is None:
+        return "–"
+    return f"{estimate:.3f}x" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
+
+
+def _crossover_section(status: ExperimentStatus) -> str:
+    """The placement check: the two rounds and the placement effect per stage, or why it did not run."""
+    block = status.crossover
+    if block is None:
+        return ""
+    if not block.ran:
+        return f"<p><b>Placement (crossover):</b> not run ({escape(block.reason or '')}): {escape(block.message or '')}</p>"
+    rounds = "; ".join(
+        f"round {i}: control on {escape(r.control or '?')}, treatment on {escape(r.treatment or '?')}"
+        for i, r in enumerate(block.rounds, 1)
+    )
+    rows = ""
+    for s in status.stages:
+        p, sp = s.placement, s.speedup
+        if p is None:
+            continue
+        sw = p.swapped
+        cells = (
+            _ratio(sp.estimate, sp.ci_low, sp.ci_high) if sp is not None else "–",
+            _ratio(sw.estimate, sw.ci_low, sw.ci_high) if sw is not None else "–",
+            _ratio(p.effect, p.ci_low, p.ci_high),
+            _ratio(p.speedup, p.speedup_ci_low, p.speedup_ci_high),
+            f"{s.verdict}" + (" (PlacementEffect)" if p.demoted else ""),
+        )
+        rows += (
+            f"<tr><th class=l>{escape(s.name)}</th>"
+            + "".join(f"<td>{escape(c)}</td>" for c in cells)
+            + "</tr>"
+        )
+    return (
+        f"<p><b>Placement (crossover):</b> {escape(block.message or '')}</p><p class=muted>{rounds}</p>"
+        "<table><tr><th class=l>stage</th><th>round 1</th><th>round 2 (swapped)</th><th>placement effect</th>"
+        "<th>speed-up without it</th><th>verdict</th></tr>" + rows + "</table>"
+    )
+
+
 def _yes_no(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "no")
 
@@ -413,6 +455,7 @@ def render_html(
         )
     body.append("<h2>Provenance</h2>")
     body.append(_hosts_section(status))
+    body.append(_crossover_section(status))
     env = status.environment.wire() if status.environment is not None else {}
     env.pop("arms", None)
     env.pop("hostDifferences", None)

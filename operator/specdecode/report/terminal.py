@@ -140,6 +140,7 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         warning = placement.warning(env)
         if warning is not None:
             parts.append(Text(f"placement: {warning}", style="yellow"))
+    parts.extend(_crossover(status))
     rec = status.recommendation
     if rec is not None:
         line = f"recommendation: {rec.note or ''}"
@@ -160,6 +161,49 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
                 by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
         parts.append(by_category)
     return Group(*parts)
+
+
+def _interval(estimate: float | None, low: float | None, high: float | None) -> str:
+    if estimate is None:
+        return "–"
+    return f"{estimate:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
+
+
+def _crossover(status: ExperimentStatus) -> list[RenderableType]:
+    """The Placement section: the crossover's rounds and the placement effect per stage, or why it did not run."""
+    block = status.crossover
+    if block is None:
+        return []
+    if not block.ran:
+        return [Text(f"placement: crossover not run ({block.reason}): {block.message or ''}", style="yellow")]
+    table = Table(title="Placement (crossover: the arms' placements swapped)", show_lines=False)
+    for col in (
+        "stage",
+        "round 1",
+        "round 2 (swapped)",
+        "placement effect",
+        "speed-up without it",
+        "verdict",
+    ):
+        table.add_column(col, justify="left" if col in {"stage", "verdict"} else "right")
+    for s in status.stages:
+        p, sp = s.placement, s.speedup
+        if p is None:
+            continue
+        swapped = p.swapped
+        table.add_row(
+            s.name,
+            _interval(sp.estimate, sp.ci_low, sp.ci_high) if sp is not None else "–",
+            _interval(swapped.estimate, swapped.ci_low, swapped.ci_high) if swapped is not None else "–",
+            _interval(p.effect, p.ci_low, p.ci_high),
+            _interval(p.speedup, p.speedup_ci_low, p.speedup_ci_high),
+            Text(
+                str(s.verdict) + (" (PlacementEffect)" if p.demoted else ""),
+                style="yellow" if p.demoted else _STYLE.get(str(s.verdict), ""),
+            ),
+        )
+    where = " then ".join(f"control on {r.control}, treatment on {r.treatment}" for r in block.rounds)
+    return [table, Text(f"rounds: {where}")] if where else [table]
 
 
 def console(*, stderr: bool = False) -> Console:

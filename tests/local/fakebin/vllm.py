@@ -19,8 +19,12 @@ Options (environment):
   EngineCore): `group` (stays in the group and session), `session` (calls setsid), `hidden` (setsid
   and an environment without the arm's token, `SPECDECODE_ARM_TOKEN`). Its argv carries
   FAKE_ENGINECORE_TAG.
-- FAKE_VLLM_FAIL_AT_START=ARM: that arm (`control`, `treatment` or `both`) exits 1 while loading.
+- FAKE_VLLM_FAIL_AT_START=ARM: that arm (`control`, `treatment` or `both`) exits 1 while loading;
+  `ARM@DEVICES` only when started on those devices (CUDA_VISIBLE_DEVICES).
 - FAKE_VLLM_DIE_AFTER=ARM:N: that arm is killed (SIGKILL) once it has finished N requests.
+- FAKE_GPU_SPEED_FACTORS=DEVICE=X,...: a device's speed (the simulator's `SPECDECODE_SIM_SPEED_FACTOR`,
+  every step X times as long; the slowest of the server's devices counts): GPUs of unequal speed, so
+  that a placement effect can be measured and swapped (`analysis.crossover`).
 """
 
 from __future__ import annotations
@@ -139,7 +143,8 @@ def serve(argv: list[str], version: str) -> None:
             sink.write(json.dumps(entry) + "\n")
     print(f"INFO fake vLLM {version} serving {argv[0]} on cuda:{','.join(devices)}", flush=True)
     held = hold_gpus(devices)
-    if os.environ.get("FAKE_VLLM_FAIL_AT_START") in (arm, "both"):
+    fail = os.environ.get("FAKE_VLLM_FAIL_AT_START", "")
+    if fail in (arm, "both", f"{arm}@{','.join(devices)}"):
         print("ERROR EngineCore failed to start.", flush=True)
         print("RuntimeError: CUDA error: out of memory (fake vllm: FAKE_VLLM_FAIL_AT_START)", flush=True)
         sys.exit(1)
@@ -152,6 +157,12 @@ def serve(argv: list[str], version: str) -> None:
         subprocess.Popen(
             [sys.executable, "-c", ENGINECORE, mode, tag], env=env, pass_fds=held, stdin=subprocess.DEVNULL
         )
+    speeds = dict(
+        pair.split("=", 1) for pair in os.environ.get("FAKE_GPU_SPEED_FACTORS", "").split(",") if "=" in pair
+    )
+    if any(device in speeds for device in devices):
+        factor = max(float(speeds.get(device, "1")) for device in devices)
+        os.environ["SPECDECODE_SIM_SPEED_FACTOR"] = str(factor)
     extra = os.environ.get("FAKE_VLLM_SIM_ARGS", "").split()
     die = os.environ.get("FAKE_VLLM_DIE_AFTER", "")
     if die.split(":")[0] == arm:
