@@ -143,12 +143,19 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     # The operator waits until Prometheus scrapes both arms before it starts the load, so no
     # start-up delay is needed for the first stage's counters to be seen.
     name = "exp"
-    operator.apply(experiment(name, profile))
+    doc = experiment(name, profile)
+    doc["spec"]["analysis"]["confirm"] = True
+    operator.apply(doc)
     status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
     detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Completed", detail
     assert status["verdict"] == verdict, detail
     assert scraped == {"control", "treatment"}, f"Prometheus scraped {scraped}"
+    # analysis.confirm: the operator does not run the confirmation round yet, and says so
+    recommendation = status["recommendation"]
+    assert (
+        recommendation["confirmationReason"] == "NotSupportedByOperator" and "confirmed" not in recommendation
+    )
 
     (stage,) = status["stages"]
     assert stage["name"] == "c1"

@@ -199,3 +199,25 @@ def test_simulator_arms_have_no_placement_to_swap_and_the_status_says_so(tmp_pat
     assert (status["crossover"]["ran"], status["crossover"]["reason"]) == (False, "SamePlacement")
     assert status["reason"] != "PlacementEffect" and "placement" not in status["stages"][0]
     assert not (out / "crossover").exists()
+
+
+def test_confirm_after_a_crossover_puts_both_arms_back_on_their_first_gpus(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")  # a draft that pays at c4
+    path = write_experiment(tmp_path, "Always")
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["analysis"]["confirm"] = True
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == 0
+    status = json.loads((out / "result.json").read_text())
+    assert status["crossover"]["ran"] is True and status["verdict"] == "Promote", status["message"]
+    rec = status["recommendation"]
+    assert rec["numSpeculativeTokensPerBatchSize"] == [[1, 4096, 1]]
+    assert rec["confirmationReason"] == "Confirmed", rec
+    served = [(s["arm"], s["cuda_visible_devices"]) for s in fake_engines.serves()]
+    assert sorted(served[2:4]) == [("control", "1"), ("treatment", "0")]  # the swapped round
+    assert sorted(served[4:]) == [("control", "0"), ("treatment", "1")]  # the confirmation, as round 1
+    assert (out / "logs" / "treatment-confirmation.log").exists()

@@ -106,6 +106,42 @@ def test_one_gpu_runs_the_arms_one_after_the_other_and_judges_them(
     assert stage["acceptance"] is not None
 
 
+def test_one_gpu_confirms_the_schedule_with_the_treatment_alone_against_the_first_rounds_control(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")
+    path = write_experiment(
+        tmp_path, stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}], requests=64
+    )
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["workload"]["dataset"] = {"type": "synthetic", "inputTokens": 256, "outputTokens": 64}
+    document["spec"]["workload"]["sampling"] = {"maxTokens": 64}
+    document["spec"]["analysis"].update(sequential=True, requireStages="any", confirm=True)
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0, result(out).get("message")
+    status = result(out)
+    assert [s["verdict"] for s in status["stages"]] == ["Pass", "Fail"], status["message"]
+    rec = status["recommendation"]
+    assert rec["numSpeculativeTokensPerBatchSize"] == [[1, 1, 4], [2, 4096, 0]]
+    assert rec["confirmed"] is True and rec["confirmationReason"] == "Confirmed", rec
+    assert [(c["name"], c["k"]) for c in rec["confirmation"]] == [("c1", 4), ("c64", 0)]
+    serves = fake_engines.serves()
+    assert [(s["arm"], s["cuda_visible_devices"]) for s in serves] == [
+        ("control", "0"),
+        ("treatment", "0"),
+        ("treatment", "0"),
+    ]
+    config = json.loads(serves[2]["argv"][serves[2]["argv"].index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4096, 0]]
+    # only the treatment ran again; its pairs are the control's first-round requests
+    again = [json.loads(line) for line in (out / "confirmation" / "requests.jsonl").read_text().splitlines()]
+    assert {r["arm"] for r in again} == {"treatment"}
+    c64 = next(c for c in rec["confirmation"] if c["name"] == "c64")
+    first_control = {r["index"] for r in requests_of(out) if r["stage"] == "c64" and r["arm"] == "control"}
+    assert c64["speedup"]["n"] == len(first_control)
+
+
 def test_two_gpus_run_the_arms_side_by_side_one_gpu_each(tmp_path: Path, fake_engines: FakeEngines) -> None:
     fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
     out = tmp_path / "out"
@@ -257,6 +293,28 @@ def test_ctrl_c_sigterm_or_sighup_to_the_runner_stops_every_process_of_both_arms
     assert status["phase"] == "Failed" and status["reason"] == "Interrupted"
     assert (sig.name if sig != signal.SIGINT else "Ctrl-C") in status["message"]
     assert fake_engines.enginecores() == []
+    assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
+
+
+def test_ctrl_c_during_the_confirmation_round_keeps_the_verdict_already_reached(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    fake_engines.set("FAKE_NVIDIA_SMI_GPUS", "2")
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")
+    path = write_experiment(tmp_path, stages=[{"name": "c1", "concurrency": 1}], requests=400)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["analysis"].update(sequential=True, confirm=True)
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    with running(path, out) as process:
+        assert wait_for_measured(out / "confirmation", 1, seconds=120) >= 1, result(out)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    status = result(out)
+    assert status["phase"] == "Completed" and status["verdict"] == "Promote", status
+    assert status["recommendation"]["confirmationReason"] == "RoundFailed"
+    assert status["message"].endswith("; the confirmation round was interrupted by the user (Ctrl-C)")
     assert alive_after([s["pid"] for s in fake_engines.serves()], 0.0) == []
 
 

@@ -89,6 +89,49 @@ def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counter
     assert 0.4 < acceptance["rate"] < 0.8
 
 
+def test_confirm_reruns_the_stages_with_the_recommended_schedule_and_confirms_it(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny"},
+        stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}],
+        requests=64,
+        requireStages="any",
+        confirm=True,
+    )
+    document = yaml.safe_load(path.read_text())
+    # longer prompts: their draft prefill makes speculation lose clearly at c64 (about 0.86x)
+    document["spec"]["workload"]["dataset"]["inputTokens"] = 256
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert run(path, out) == 0
+    status = result(out)
+    assert [s["verdict"] for s in status["stages"]] == ["Pass", "Fail"], status["message"]
+    rec = status["recommendation"]
+    assert rec["numSpeculativeTokensPerBatchSize"] == [[1, 1, 4], [2, 4096, 0]]
+    assert rec["confirmed"] is True and rec["confirmationReason"] == "Confirmed", rec
+    rounds = {c["name"]: c for c in rec["confirmation"]}
+    assert (rounds["c1"]["k"], rounds["c1"]["verdict"]) == (4, "Pass")
+    # the schedule turns speculation off at c64: the treatment is the control's equal there
+    c64 = rounds["c64"]
+    assert (c64["k"], c64["threshold"]) == (0, 0.98)
+    assert 0.9 <= c64["speedup"]["estimate"] <= 1.1
+    # the restarted treatment honoured the schedule (drafts at c1, almost none at c64), on the same prompts
+
+    def plan(directory: Path) -> Any:
+        return json.loads((directory / "loadgen-summary.json").read_text())["plan"]
+
+    assert plan(out / "confirmation") == plan(out)  # same seed, salt and stages: the same prompts
+    second = [json.loads(line) for line in (out / "confirmation" / "requests.jsonl").read_text().splitlines()]
+
+    def drafted(stage: str) -> float:
+        mine = [r for r in second if r["stage"] == stage and r["arm"] == "treatment" and r["ok"]]
+        return sum(r["spec_decode"]["num_draft_tokens"] for r in mine) / sum(
+            r["completion_tokens"] for r in mine
+        )
+
+    assert drafted("c1") > 0.5 and drafted("c64") < 0.05
+
+
 def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-1b"})
     out = tmp_path / "out"
@@ -144,7 +187,10 @@ def test_a_noise_floor_run_measures_two_identical_servers(tmp_path: Path) -> Non
     assert status["reason"] == "NoiseFloor" and status["message"].startswith("noise floor (A/A)")
     stage = status["noiseFloor"]["stages"][0]
     assert stage["pairs"] == 80  # no sequential stop in an A/A run
-    assert stage["ciLow"] <= 1.0 <= stage["ciHigh"] and stage["equivalent"] is True
+    # Equivalent, not "the interval holds 1.0": two identical servers differ systematically by a little
+    # (two simulator processes on 2 shared cores: up to ~0.4% measured; two real vLLM 0.20 servers on
+    # one H200: 0.997x [0.995, 0.999] at c4), which is what the noise floor exists to measure.
+    assert stage["equivalent"] is True and abs(stage["speedup"] - 1.0) < 0.01, stage
     assert stage["measurable"] is True and stage["minDetectable"] < 1.1
     assert 0.1 < stage["mismatchRate"] < 0.5  # 1 - 0.85^2 = 28% expected
     assert stage["mismatchCiLow"] < 0.28 < stage["mismatchCiHigh"]
@@ -305,3 +351,20 @@ def test_a_treatment_identical_to_the_control_on_a_slower_node_is_flagged(
     speedup = status["stages"][0]["speedup"]
     assert speedup["estimate"] == pytest.approx(1 / 1.1, abs=0.03)
     assert speedup["ciHigh"] < 1.0
+
+
+def test_confirm_with_arms_given_by_url_says_the_round_was_not_run(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20, confirm=True)
+    control, control_url = start_simulator_node(tmp_path, "control", 1.0)
+    treatment, treatment_url = start_simulator_node(tmp_path, "treatment", 1.0)
+    try:
+        out = tmp_path / "out"
+        code = run(path, out, "--control-url", control_url, "--treatment-url", treatment_url)
+    finally:
+        for process in (control, treatment):
+            process.terminate()
+            process.wait(15)
+    assert code == 0
+    rec = result(out)["recommendation"]
+    assert rec["confirmationReason"] == "ArmsNotStartedHere" and "confirmed" not in rec
+    assert not (out / "confirmation").exists()

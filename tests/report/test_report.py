@@ -15,7 +15,16 @@ from specdecode import cli, exit_status
 from specdecode.experiment import breakeven, placement, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmHosts, Degradation, Environment, ExperimentStatus, Host
+from specdecode.experiment.status import (
+    ArmHosts,
+    ConfirmationStage,
+    Degradation,
+    Environment,
+    ExperimentStatus,
+    Host,
+    Speedup,
+    StageVerdict,
+)
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -267,3 +276,29 @@ def test_degradations_show_in_the_terminal_and_the_report(spec: ExperimentSpec, 
         and "<li>ChatTemplate: Chat template warmup failed</li>" in html
     )
     assert "Speculation degraded" not in render_html(finished[0], records, windows, spec)
+
+
+def test_the_confirmation_round_shows_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    assert status.recommendation is not None
+    rec = status.recommendation.model_copy(
+        update={
+            "confirmed": False,
+            "confirmation_reason": "Refuted",
+            "confirmation": [
+                ConfirmationStage(
+                    name="c16",
+                    k=0,
+                    threshold=0.98,
+                    speedup=Speedup(metric="tpot", estimate=0.9, n=60),
+                    verdict=StageVerdict.FAIL,
+                )
+            ],
+        }
+    )
+    status = status.model_copy(update={"recommendation": rec})
+    line = "confirmation Refuted: c16 0.90x Fail (k=0, >= 0.98)"
+    assert line in terminal_text(status)
+    assert line.replace(">", "&gt;") in render_html(status, records, windows, spec)

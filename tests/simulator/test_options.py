@@ -121,3 +121,26 @@ def test_a_degradation_asked_in_the_spec_is_logged_by_the_treatment_only(arm: sp
 def test_an_unknown_degradation_kind_is_refused() -> None:
     with pytest.raises(SystemExit):
         options.parse(["M", "--log-degradation", "Slow"])
+
+
+def test_the_batch_size_schedule_reaches_the_simulators_speculation() -> None:
+    raw = '{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,8,4],[9,4096,0]]}'
+    opts = resolve(["M", "--speculative-config", raw])
+    assert opts.spec is not None and opts.spec.schedule == ((1, 8, 4), (9, 4096, 0))
+    assert opts.spec.k_at(8) == 4 and opts.spec.k_at(9) == 0
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("[[2, 8, 4]]", "first range must start at 1"),
+        ("[[1, 8, 4], [8, 16, 0]]", "overlaps"),
+        ("[[1, 8, -1]]", "k must be >= 0"),
+        ("[[1, 8]]", "three integers"),
+        ("[]", "non-empty list"),
+    ],
+)
+def test_a_schedule_vllm_would_refuse_is_refused(schedule: str, message: str) -> None:
+    raw = f'{{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":{schedule}}}'
+    with pytest.raises(options.OptionsError, match=message):
+        resolve(["M", "--speculative-config", raw])

@@ -109,3 +109,57 @@ def test_spec_decode_counters_add_up() -> None:
 def test_synthetic_acceptance_rates_become_conditional_probabilities() -> None:
     spec = SpecConfig.from_unconditional([0.8, 0.64, 0.512, 0.4096])
     assert spec.acceptance == pytest.approx((0.8, 0.8, 0.8, 0.8))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        (((1, 4, 3),), {1: 3, 4: 3, 5: 3, 4096: 3}),  # the tail carries the last k forward
+        (((1, 2, 4), (3, 4096, 0)), {1: 4, 2: 4, 3: 0, 64: 0}),
+        (((1, 2, 1), (5, 8, 2)), {2: 1, 3: 1, 4: 1, 5: 2, 9: 2}),  # a gap carries the previous k
+        (((1, 8, 9),), {1: 4, 8: 4}),  # capped at num_speculative_tokens
+        ((), {1: 4, 100: 4}),
+    ],
+)
+def test_the_batch_size_schedule_gives_k_by_running_sequences_as_vllm_looks_it_up(
+    schedule: tuple[tuple[int, int, int], ...], expected: dict[int, int]
+) -> None:
+    spec = SpecConfig(k=4, acceptance=(0.5,) * 4, schedule=schedule)
+    assert {batch: spec.k_at(batch) for batch in expected} == expected
+
+
+def test_a_step_above_the_schedules_switch_off_point_neither_drafts_nor_pays_for_drafting() -> None:
+    params = SimParams(
+        decode_step_ms=5.0, batch_token_ms=0.1, prefill_token_ms=0.0, draft_cost_ratio=0.5, draft_fixed_ms=1.0
+    )
+    spec = SpecConfig(k=3, acceptance=(1.0,) * 3, schedule=((1, 2, 3), (3, 4096, 0)))
+    for batch, k in ((2, 3), (3, 0), (8, 0)):
+        sched = make(params, spec)
+        for i in range(batch):
+            sched.add(seq(i, prompt=1))
+        first = sched.plan(0.0)
+        assert first is not None
+        sched.complete(first, first.duration_s)
+        step = sched.plan(first.duration_s)
+        assert step is not None and step.decode_seqs == batch
+        draft = k * (1.0 + 0.5 * (5.0 + 0.1 * batch)) if k else 0.0
+        assert step.duration_s * 1000 == pytest.approx(5.0 + 0.1 * batch * (k + 1) + draft)
+        assert step.drafts == (batch if k else 0) and step.draft_tokens == batch * k
+        assert {e.tokens for e in step.emissions} == {1 + k}  # acceptance 1: every draft is kept
+
+
+def test_under_a_schedule_the_closed_loop_speculates_only_at_low_concurrency() -> None:
+    params = SimParams()
+    always = SpecConfig.constant(4, 0.7)
+    scheduled = SpecConfig(k=4, acceptance=always.acceptance, schedule=((1, 1, 4), (2, 4096, 0)))
+    one = closed_loop(params, scheduled, concurrency=1, num_requests=8)
+    many = closed_loop(params, scheduled, concurrency=16, num_requests=32)
+    plain = closed_loop(params, None, concurrency=16, num_requests=32)
+    assert one.scheduler.metrics.spec_drafts > 0
+    assert one.tpot_p50_ms == pytest.approx(
+        closed_loop(params, always, concurrency=1, num_requests=8).tpot_p50_ms
+    )
+    # at 16 running sequences nothing is drafted except while the batch fills or drains to one
+    m = many.scheduler.metrics
+    assert m.spec_drafts < 0.05 * m.generation_tokens
+    assert many.tpot_p50_ms == pytest.approx(plain.tpot_p50_ms, rel=0.02)

@@ -27,7 +27,17 @@ from typing import Any, ParamSpec, TypeVar
 from specdecode.controller import observe, prometheus, results
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import crossover, manifests, promql, reconcile, records, spec, status, verdict
+from specdecode.experiment import (
+    confirm,
+    crossover,
+    manifests,
+    promql,
+    reconcile,
+    records,
+    spec,
+    status,
+    verdict,
+)
 from specdecode.report import page
 
 _P = ParamSpec("_P")
@@ -257,7 +267,13 @@ async def collect(
     analysis, checked = crossover.by_operator(experiment, analysis, current.environment)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
-    judged = analysis.apply(current).model_copy(update={"crossover": checked})
+    # analysis.confirm: the confirmation round runs in `specdecode run --local` only, for now.
+    recommendation = confirm.unless_run(
+        experiment, analysis.recommendation, confirm.Reason.NOT_SUPPORTED_BY_OPERATOR
+    )
+    judged = analysis.apply(current).model_copy(
+        update={"crossover": checked, "recommendation": recommendation}
+    )
     message = analysis.message
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
@@ -269,7 +285,7 @@ async def collect(
         reason=str(analysis.reason),
         message=message,
         stages=analysis.stages,
-        recommendation=analysis.recommendation,
+        recommendation=recommendation,
         noise_floor=analysis.noise_floor,
         crossover=checked,
         speedup_summary=analysis.speedup_summary,

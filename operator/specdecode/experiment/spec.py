@@ -832,6 +832,12 @@ class AnalysisSpec(Model):
     any pass (`status.crossover.reason: NotSupportedByOperator`), so the placement never promotes."""
     crossover_fraction: float = Field(default=0.5, gt=0, le=1)
     """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs)."""
+    confirm: bool = False
+    """After the stages, restart the treatment with the recommended `num_speculative_tokens_per_batch_size`
+    and run the stages against the control again; `status.recommendation.confirmed` is true only if no
+    stage of that round Fails (stages where the schedule turns speculation off are judged as
+    non-inferior, speed-up >= 0.98). `specdecode run --local` only, for now: the operator reports
+    the confirmation as not run (NotSupportedByOperator)."""
 
     @field_validator("require_stages")
     @classmethod

@@ -458,6 +458,25 @@ class StageResult(StatusModel):
     """Failing stages: the acceptance that would have paid at this load, next to the measured one."""
 
 
+class ConfirmationStage(StatusModel):
+    """One stage of the confirmation round (`analysis.confirm`): the treatment with the recommended
+    schedule against the control, on the stage's prompts and schedule again."""
+
+    name: str
+    """Stage name."""
+    k: int
+    """The schedule's k at the stage's batch size (from the first round); 0: speculation off there."""
+    threshold: float
+    """What the speed-up is judged against: minSpeedup where the schedule speculates (k > 0), the
+    non-inferiority margin 0.98 where it does not (the treatment must not be slower than the control)."""
+    speedup: Speedup | None = None
+    """Speed-up of the primary metric in the confirmation round."""
+    verdict: StageVerdict = StageVerdict.INCONCLUSIVE
+    """Pass, Fail or Inconclusive against `threshold` (guardrails as in the first round)."""
+    reasons: list[str] = Field(default_factory=list)
+    """Why: one short line per finding."""
+
+
 class Recommendation(StatusModel):
     """Where speculation stops paying, as a vLLM setting."""
 
@@ -467,6 +486,17 @@ class Recommendation(StatusModel):
     """A vLLM `num_speculative_tokens_per_batch_size` schedule that turns speculation off beyond it."""
     note: str | None = None
     """One line of explanation."""
+    confirmed: bool | None = None
+    """`analysis.confirm`: true when the confirmation round with the schedule ran and none of its
+    stages Failed, false when one did; null when it was not run or measured nothing (see
+    `confirmationReason`)."""
+    confirmation_reason: str | None = None
+    """`analysis.confirm`: Confirmed, Refuted, NotMeasured, RoundFailed (an arm failed in the round,
+    or the run was interrupted during it; the message says why), NoSchedule (nothing to confirm),
+    ArmsNotStartedHere (`--control-url`) or NotSupportedByOperator (the confirmation round runs in
+    `specdecode run --local` only, for now)."""
+    confirmation: list[ConfirmationStage] = Field(default_factory=list)
+    """`analysis.confirm`: each stage of the confirmation round."""
 
 
 class SearchResult(StatusModel):

@@ -237,6 +237,7 @@ def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
         *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args), release=release),
         *check_workload(s.workload),
         *check_analysis(s.analysis, s.workload),
+        *check_confirm(s, release),
         *check_gpus(s.engine),
     ]
 
@@ -548,6 +549,18 @@ def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
     return problems
 
 
+def batch_schedule_k(schedule: Sequence[Sequence[int]], batch: int, *, k: int) -> int:
+    """k at `batch` running requests under a valid schedule, as vLLM looks it up (reference §1.6): the
+    last range starting at or below `batch` applies (gaps and the tail carry its k forward), capped
+    at `k`; `k` itself under an empty schedule."""
+    found = k
+    for start, _end, ranged in sorted(tuple(entry) for entry in schedule):
+        if start > batch:
+            break
+        found = min(ranged, k)
+    return found
+
+
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
     """Flags in `engine.args` that the operator owns, simulator settings, and where weights come from."""
     problems: list[Problem] = []
@@ -754,6 +767,65 @@ def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> 
         for i, name in enumerate(analysis.require_stages)
         if name not in names
     ]
+
+
+def check_confirm(s: spec.ExperimentSpec, release: releases.Release) -> list[Problem]:
+    """`analysis.confirm` needs a batch-size schedule that vLLM honours and that the first round does not set."""
+    if not s.analysis.confirm:
+        return []
+    path = "spec.analysis.confirm"
+    sp = s.speculative
+    if s.analysis.mode is not spec.AnalysisMode.COMPARE:
+        return [
+            Problem(
+                path, f"a {s.analysis.mode.value} run does not speculate, so it has no schedule to confirm"
+            )
+        ]
+    problems: list[Problem] = []
+    if sp.num_speculative_tokens is None:
+        problems.append(
+            Problem(path, "needs speculative.numSpeculativeTokens: the recommended schedule is built from k")
+        )
+    if not (sp.method in _SCHEDULE_METHODS or sp.method.is_deprecated_mtp_alias):
+        problems.append(
+            Problem(
+                path,
+                f"vLLM may drop num_speculative_tokens_per_batch_size for method {sp.method.value!r} (it "
+                f"honours it for {', '.join(sorted(m.value for m in _SCHEDULE_METHODS))}), so the "
+                "recommended schedule cannot be confirmed; remove confirm",
+            )
+        )
+    if not release.batch_schedule:
+        problems.append(
+            Problem(
+                path,
+                f"{release.short} has no num_speculative_tokens_per_batch_size (vLLM >= "
+                f"{releases.minor(releases.BATCH_SCHEDULE_SINCE)}), so there is no schedule to confirm",
+            )
+        )
+    if "num_speculative_tokens_per_batch_size" in sp.extra:
+        problems.append(
+            Problem(
+                path,
+                "speculative.extra.num_speculative_tokens_per_batch_size is set: the stages would not measure "
+                "speculation at every load, and the confirmation replaces that schedule; remove one of them",
+            )
+        )
+    return problems
+
+
+#: methods whose batch-size schedule vLLM honours on every runner (reference §1.6: the V1 runner drops
+#: it for the others); the model-specific `*_mtp` names become `mtp`
+_SCHEDULE_METHODS = frozenset(
+    {
+        spec.SpeculativeMethod.NGRAM,
+        spec.SpeculativeMethod.EAGLE,
+        spec.SpeculativeMethod.EAGLE3,
+        spec.SpeculativeMethod.MTP,
+        spec.SpeculativeMethod.DRAFT_MODEL,
+        spec.SpeculativeMethod.DFLASH,
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------- helpers

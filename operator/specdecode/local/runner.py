@@ -5,6 +5,13 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
+`analysis.confirm` (arms started here): after the verdict, the treatment is restarted with the
+recommended `num_speculative_tokens_per_batch_size` and the stages run against the control again
+(same plan and salt, so the same prompts and schedule; no early stop) into `DIR/confirmation/`; one
+GPU: the treatment alone, paired with the control's first-round requests; `confirm.py`
+judges that round into `status.recommendation` (`confirmed`, `confirmationReason`, `confirmation`).
+The first round's verdict and files are written before it and stand whatever the round does.
+
 Whatever happens, every process started here is stopped (`engines.py`), and what was measured
 stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
 phase Failed and the cause (exit 3; 130 on Ctrl-C, SIGTERM or SIGHUP).
@@ -40,6 +47,7 @@ from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
+    confirm,
     crossover,
     degradations,
     documents,
@@ -61,6 +69,8 @@ from specdecode.report import results, terminal
 EXPERIMENT_FILE = "experiment.yaml"
 #: The swapped round's load (`analysis.crossover`): DIR/crossover/requests.jsonl, windows.json, ...
 CROSSOVER_DIR = "crossover"
+#: `analysis.confirm`: the confirmation round's load (requests.jsonl, windows.json) under DIR
+CONFIRMATION_DIR = "confirmation"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -118,7 +128,7 @@ def run(path: Path, options: Options) -> int:
         how = (
             f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
         )
-        final = run_.failed("Interrupted", f"{how}; the results so far are kept")
+        final = run_.interrupted(how)
         _finish(console, options, final, out)
         return exit_status.INTERRUPTED
     finally:
@@ -172,6 +182,8 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
+        self.judged: ExperimentStatus | None = None
+        """The verdict, once reached (`analysis.confirm`: before the confirmation round)."""
         self.gpus: dict[spec.Arm, str] = {}
         self.search: status.SearchResult | None = None
         """`workload.search`: the break-even probes, run after the stages."""
@@ -456,6 +468,16 @@ class _Run:
             judged = self._one_after_the_other(judged)
         self.windows = windows
         self._write(judged)
+        if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
+            self.judged = judged
+            update: dict[str, Any] = {}
+            try:
+                update["recommendation"] = self._confirmation(arms, judged)
+            except (engines.EngineError, ArmFailure) as exc:  # the first round's verdict stands
+                update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
+                update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
+            judged = judged.model_copy(update=update)
+            self._write(judged)
         return judged
 
     def _with_search(self, judged: ExperimentStatus) -> ExperimentStatus:
@@ -571,6 +593,87 @@ class _Run:
             self.view.stop()
         return [r for r in _read_records(out) if not r.warmup], result
 
+    # ------------------------------------------------------------------------------- confirmation
+
+    def _confirmation(self, arms: engines.Engines, judged: ExperimentStatus) -> status.Recommendation:
+        """`analysis.confirm`: the treatment restarted with the recommended schedule, the stages again
+        against the control (same prompts and schedule), judged by `confirm`; or why it was not run.
+
+        Arms one after the other (too few GPUs for both): only the treatment runs again, paired with
+        the control measured in the first round, as the first round pairs them.
+        """
+        rec = judged.recommendation
+        schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
+        if self.options.control_url is not None:
+            return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE)
+        if rec is None or schedule is None:
+            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
+        planned = confirm.plan(self.spec, judged.stages, schedule)
+        second = confirm.treatment_spec(self.spec, schedule)
+        self.view.message(
+            f"confirmation: restarting the treatment with num_speculative_tokens_per_batch_size={schedule}"
+        )
+        arms.spec = second  # the control's command line is the same under either spec
+        out = self.out / CONFIRMATION_DIR
+        treatment = spec.Arm.TREATMENT
+        if not self.loads:  # side by side: the control keeps serving where it served the first round
+            # ... unless the crossover moved both arms: then both go back to their first placements
+            moved = judged.crossover is not None and len(judged.crossover.rounds) > 1
+            restart = list(spec.Arm) if moved else [treatment]
+            for arm in restart:
+                left = arms.stop(arm)
+                if left:
+                    raise engines.EngineError(f"the {arm.value} arm's processes {left} survived SIGKILL")
+            for arm in restart:
+                started = arms.start(arm, gpus=self.gpus.get(arm), log_name=f"{arm.value}-confirmation")
+                self.view.message(f"confirmation: started the {arm.value} arm: {' '.join(started.argv)}")
+        else:
+            restart = [treatment]
+            gpus = ",".join(str(i) for i in range(self._gpus_per_arm()))
+            started = arms.start(treatment, gpus=gpus, log_name=f"{treatment.value}-confirmation")
+            self.view.message(f"confirmation: started the treatment arm: {' '.join(started.argv)}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds, restart)
+        endpoints = {
+            arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items() if not state.stopped
+        }
+        result = self._round_load(second, arms, endpoints, out)
+        found = _read_records(out)
+        windows, validity = result.windows, result.summary.get("validity")
+        if self.loads:
+            control = self.loads[spec.Arm.CONTROL]
+            found = [r for r in self.records if r.arm == spec.Arm.CONTROL.value] + found
+            windows = _merged_windows(control.windows, result.windows)
+            validity = _merged_validity(control.summary.get("validity"), validity)
+            arms.stop(treatment)
+        folded = confirm.fold(rec, confirm.judge(second, planned, found, windows, validity=validity))
+        self.view.message(confirm.summary(folded))
+        return folded
+
+    def _round_load(
+        self,
+        second: spec.ExperimentSpec,
+        arms: engines.Engines,
+        endpoints: dict[str, runner.Endpoint],
+        out: Path,
+    ) -> runner.RunResult:
+        """The confirmation round's load: the first round's plan and salt, no early stop (`confirm`)."""
+        plan = plan_mod.plan_from_spec(
+            second,
+            self.experiment.source.parent if self.experiment.source else Path.cwd(),
+            scrape_metrics=True,
+            salt=f"{self.spec.engine.seed}-local",
+        )
+
+        def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
+            self.view.note_speedup(stage, list(recs))
+            return False
+
+        self.view.start()
+        try:
+            return asyncio.run(self._watched(plan, endpoints, out, arms, decided))
+        finally:
+            self.view.stop()
+
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
         """Arms one after the other: the message says that pairs were not simultaneous."""
         note = "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, so pairs were not simultaneous"
@@ -607,6 +710,20 @@ class _Run:
             raise ArmFailure("PrometheusUnavailable", f"spec.prometheus.url: {exc}") from None
 
     # ------------------------------------------------------------------------------------ results
+
+    def interrupted(self, how: str) -> ExperimentStatus:
+        """Ctrl-C, SIGTERM or SIGHUP: Failed with what was measured kept, or, during the confirmation
+        round, the verdict already reached with the round not run (RoundFailed)."""
+        if self.judged is None:
+            return self.failed("Interrupted", f"{how}; the results so far are kept")
+        final = self.judged.model_copy(
+            update={
+                "recommendation": confirm.not_run(self.judged.recommendation, confirm.Reason.ROUND_FAILED),
+                "message": f"{self.judged.message}; the confirmation round was {how}",
+            }
+        )
+        self._write(final)
+        return final
 
     def failed(self, reason: str, message: str) -> ExperimentStatus:
         """Failed (could not measure), with what was measured kept in DIR."""

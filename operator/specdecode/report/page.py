@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from specdecode.experiment import breakeven, placement, search
+from specdecode.experiment import breakeven, confirm, placement, search
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -444,6 +444,8 @@ def render_html(
         if rec.num_speculative_tokens_per_batch_size is not None:
             cfg = {"num_speculative_tokens_per_batch_size": rec.num_speculative_tokens_per_batch_size}
             body.append(f"<p>Add to the speculative config:</p><pre>{escape(json.dumps(cfg))}</pre>")
+        if rec.confirmation_reason is not None:
+            body.append(f"<p>{escape(confirm.summary(rec))}</p>")
     body.append("<h2>Stages</h2>")
     for stage in status.stages:
         body.append(_stage_section(stage, records))

@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import breakeven, degradations, placement, search
+from specdecode.experiment import breakeven, confirm, degradations, placement, search
 from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor
 
 _STYLE = {
@@ -156,6 +156,8 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         if rec.num_speculative_tokens_per_batch_size is not None:
             line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
         parts.append(Text(line))
+        if rec.confirmation_reason is not None:
+            parts.append(Text(confirm.summary(rec), style="green" if rec.confirmed else "yellow"))
     if any(s.categories for s in status.stages):
         by_category = Table(title="per prompt category (informative)", show_lines=False)
         for col in ("stage", "category", "pairs", "speed-up [CI]", "acceptance"):

@@ -12,7 +12,8 @@ Other `vllm serve` flags that users put in `engine.args` (`--max-model-len`, `--
 (`--max_model_len`). `--speculative-config` is parsed as vLLM does: a JSON object whose
 `num_speculative_tokens` is k; `method`/`model` are validated as present-or-absent strings but do
 not change timing; `synthetic_acceptance_rates` (vLLM's benchmarking mode) sets the per-position
-acceptance instead of `--acceptance-rate`.
+acceptance instead of `--acceptance-rate`; `num_speculative_tokens_per_batch_size` (validated by vLLM's
+rules, reference §1.6) sets k per step by the running batch size (0: no speculation at that size).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specdecode.experiment import degradations
+from specdecode.experiment import degradations, validation
 from specdecode.experiment.simprofiles import DEFAULT_PROFILE, PROFILES, SimParams
 from specdecode.simulator.scheduler import SpecConfig
 
@@ -316,8 +317,18 @@ def parse_speculative_config(raw: str, *, acceptance_rate: float) -> tuple[dict[
             isinstance(rates, list) and len(rates) == k and all(isinstance(r, int | float) for r in rates)
         ):
             raise OptionsError("--speculative-config: synthetic_acceptance_rates must be k numbers")
-        return cfg, SpecConfig.from_unconditional([float(r) for r in rates])
-    return cfg, SpecConfig.constant(k, acceptance_rate)
+        spec = SpecConfig.from_unconditional([float(r) for r in rates])
+    else:
+        spec = SpecConfig.constant(k, acceptance_rate)
+    schedule = cfg.get("num_speculative_tokens_per_batch_size")
+    if schedule is not None:
+        problems = validation.check_batch_schedule(
+            schedule, path="--speculative-config: num_speculative_tokens_per_batch_size"
+        )
+        if problems:
+            raise OptionsError("; ".join(str(p) for p in problems))
+        spec = replace(spec, schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule))
+    return cfg, spec
 
 
 def resolve(ns: argparse.Namespace) -> SimOptions:

@@ -16,6 +16,11 @@ probability `acceptance[i]` given all earlier ones were (`acceptanceRate` for ev
 conditional form of `synthetic_acceptance_rates` from `--speculative-config`), drawn from a
 generator seeded by `--seed`. Mean tokens per step with a constant α: (1 − α^(k+1)) / (1 − α).
 
+Batch-size schedule (vLLM's `num_speculative_tokens_per_batch_size`, reference §1.6): each step's k
+is looked up by the number of running sequences after admission (inclusive `[start, end, k]`
+ranges, gaps and the tail carry the previous k forward, capped at `num_speculative_tokens`); k = 0
+turns speculation off for that step: no drafts, no draft cost, and decode sequences verify one token.
+
 Step time, in ms, with B decode sequences, P prefill tokens in the step, D = sequences that
 produce a token (decode + prefill finished) and k speculative tokens (0 for the control):
 
@@ -42,6 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specdecode.experiment import validation
 from specdecode.experiment.simprofiles import SimParams
 from specdecode.simulator.metrics import EngineMetrics
 
@@ -65,6 +71,8 @@ class SpecConfig:
     k: int
     acceptance: tuple[float, ...]
     """Conditional acceptance probability per position (length k)."""
+    schedule: tuple[tuple[int, int, int], ...] = ()
+    """`num_speculative_tokens_per_batch_size` ranges `(start, end, k)`, validated; empty: k always."""
 
     @staticmethod
     def constant(k: int, alpha: float) -> SpecConfig:
@@ -80,6 +88,10 @@ class SpecConfig:
             cond.append(0.0 if prev <= 0 else min(1.0, r / prev))
             prev = r
         return SpecConfig(k=len(rates), acceptance=tuple(cond))
+
+    def k_at(self, batch: int) -> int:
+        """k for a step with `batch` running sequences (vLLM's lookup, `validation.batch_schedule_k`)."""
+        return validation.batch_schedule_k(self.schedule, batch, k=self.k)
 
 
 @dataclass(eq=False)
@@ -176,10 +188,13 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     # ------------------------------------------------------------------------------------- model
-    def step_ms(self, *, decode_seqs: int, prefill_tokens: int, producing: int) -> float:
-        """Step duration in ms for a batch (the formula of the module docstring)."""
+    def step_ms(
+        self, *, decode_seqs: int, prefill_tokens: int, producing: int, k: int | None = None
+    ) -> float:
+        """Step duration in ms for a batch (the formula of the module docstring); `k` defaults to the
+        configured one (a step's own k under a batch-size schedule)."""
         p = self.params
-        k = self.k
+        k = self.k if k is None else k
         ms = p.decode_step_ms + p.batch_token_ms * decode_seqs * (k + 1) + p.prefill_token_ms * prefill_tokens
         if k > 0:
             if producing > 0:
@@ -189,11 +204,11 @@ class Scheduler:
             ms += p.draft_cost_ratio * p.prefill_token_ms * prefill_tokens
         return ms
 
-    def _draw_accepted(self) -> int:
+    def _draw_accepted(self, k: int) -> int:
         assert self.spec is not None
         rnd = self._rng.random
         a = 0
-        for prob in self.spec.acceptance:
+        for prob in self.spec.acceptance[:k]:
             if rnd() >= prob:
                 break
             a += 1
@@ -227,13 +242,13 @@ class Scheduler:
         self.metrics.running = len(self.running)
         if not self.running:
             return None
-        k = self.k
+        k = self.spec.k_at(len(self.running)) if self.spec is not None else 0
         budget = self.params.max_num_batched_tokens
         emissions: list[Emission] = []
         decode = 0
         prefill = 0
         drafts = draft_tokens = accepted_total = 0
-        per_pos = [0] * k
+        per_pos = [0] * self.k
         # Decode sequences first (vLLM schedules running decodes before new prefills).
         for seq in self.running:
             if seq.prefilled < seq.prompt_tokens:
@@ -242,7 +257,7 @@ class Scheduler:
             budget -= k + 1
             n = 1
             if k > 0:
-                a = self._draw_accepted()
+                a = self._draw_accepted(k)
                 drafts += 1
                 draft_tokens += k
                 accepted_total += a
@@ -262,7 +277,7 @@ class Scheduler:
             seq.prefilled += chunk
             if seq.prefilled == seq.prompt_tokens:
                 emissions.append(self._emission(seq, 1, first=True))
-        duration_ms = self.step_ms(decode_seqs=decode, prefill_tokens=prefill, producing=len(emissions))
+        duration_ms = self.step_ms(decode_seqs=decode, prefill_tokens=prefill, producing=len(emissions), k=k)
         return Step(
             duration_s=duration_ms / 1000.0,
             emissions=emissions,
