@@ -69,7 +69,9 @@ def _report(args: argparse.Namespace) -> int:
     except results.ResultsError as exc:
         print(exc, file=sys.stderr)
         return exit_status.INVALID
-    terminal.console().print(terminal.render_terminal(loaded.status))
+    terminal.console().print(
+        terminal.render_terminal(loaded.status, require_stages=loaded.spec.analysis.require_stages)
+    )
     print(f"wrote {Path(args.directory) / results.REPORT}")
     return exit_status.OK
 

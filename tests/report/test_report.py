@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import pty
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import TypeAlias
 
@@ -85,6 +90,79 @@ def test_terminal_table_names_every_stage(finished: Finished) -> None:
     )
 
 
+def test_at_80_columns_no_header_is_cut_and_the_verdict_stands_on_its_own_line_with_why() -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
+    records, windows = synthetic.run(spec, n=60, categories={"code": (1.6, 0.85), "chat": (1.4, 0.4)})
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    assert status.stages[0].control.goodput is not None  # the widest table: with the goodput column
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages="all"))
+    lines = out.getvalue().splitlines()
+    assert "…" not in out.getvalue()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "verdict: Promote (SpeedupConfirmed)"
+    assert lines[1] == "why: requireStages all needs Pass at low, c16: low Pass, c16 Pass"
+    for header in ("speed-up [CI]", "acceptance", "goodput", "pairs", "verdict"):
+        assert header in out.getvalue()
+    # the verdict block and the first table are apart (no table border glued to the message)
+    assert lines[3] == ""
+
+
+@pytest.mark.parametrize(
+    ("require", "verdicts", "expected"),
+    [
+        (["low"], {"low": 1.4, "c16": 0.9}, "Promote (SpeedupConfirmed)"),
+        ("any", {"low": 1.4, "c16": 0.9}, "Promote (SpeedupConfirmed)"),
+        ("any", {"low": 0.8, "c16": 0.8}, "Reject (SlowerThanRequired)"),
+    ],
+)
+def test_the_why_line_names_what_require_stages_needed(
+    require: str | list[str], verdicts: dict[str, float], expected: str
+) -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"requireStages": require}))
+    status = verdict.analyse(spec, *synthetic.run(spec, speedup=verdicts, n=60)).apply(ExperimentStatus())
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages=require))
+    head, why = out.getvalue().splitlines()[:2]
+    assert head == f"verdict: {expected}"
+    if require == ["low"]:
+        assert why == "why: requireStages [low] needs Pass at low: low Pass"
+    elif expected.startswith("Promote"):
+        assert why == "why: requireStages any needs one stage to Pass: low passed (low Pass, c16 Fail)"
+    else:
+        assert why.startswith("why: requireStages any rejects when every stage fails")
+
+
+def test_specdecode_report_in_an_80_column_pseudo_terminal_cuts_no_header(
+    tmp_path: Path, spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    results.write_results(tmp_path, status, records, windows, spec, name="exp")
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": "80", "LINES": "40", "TERM": "xterm"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdecode", "report", str(tmp_path)],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+    )
+    os.close(child)
+    chunks = []
+    with contextlib.suppress(OSError):  # EIO once the child has exited
+        while chunk := os.read(main, 65536):
+            chunks.append(chunk)
+    os.close(main)
+    assert process.wait(timeout=60) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
+    lines = text.splitlines()
+    assert "…" not in text
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "verdict: Reject (SlowerThanRequired)"
+    assert lines[1] == "why: requireStages all needs Pass at low, c16: low Pass, c16 Fail"
+    assert any(line.split() == ["stage", "load", "pairs", "speed-up", "[CI]", "verdict"] for line in lines)
+
+
 def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() -> None:
     spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
     records, windows = synthetic.run(spec, speedup=1.4, n=60, ttft_ratio=1.3)
@@ -93,7 +171,7 @@ def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() ->
     assert low.control.goodput is not None and low.treatment.goodput is not None
     text = terminal_text(status)
     assert (
-        "goodput c/t" in text
+        "goodput" in text
         and f"{low.control.goodput.fraction:.0%} / {low.treatment.goodput.fraction:.0%}" in text
     )
     html = render_html(status, records, windows, spec)

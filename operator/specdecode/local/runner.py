@@ -117,11 +117,11 @@ def run(path: Path, options: Options) -> int:
             f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
         )
         final = run_.interrupted(how)
-        _finish(console, options, final, out)
+        _finish(console, options, final, out, run_.spec)
         return exit_status.INTERRUPTED
     finally:
         show.stop()
-    return _finish(console, options, final, out)
+    return _finish(console, options, final, out, run_.spec)
 
 
 @contextlib.contextmanager
@@ -143,9 +143,11 @@ def _sigterm_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _finish(console: Console, options: Options, final: ExperimentStatus, out: Path) -> int:
+def _finish(
+    console: Console, options: Options, final: ExperimentStatus, out: Path, experiment: spec.ExperimentSpec
+) -> int:
     if options.mode != "json":
-        console.print(terminal.render_terminal(final))
+        console.print(terminal.render_terminal(final, require_stages=experiment.analysis.require_stages))
         console.print(f"report: {out / results.REPORT}", markup=False, highlight=False)
     else:
         print(final.model_dump_json(by_alias=True, exclude_none=True))
