@@ -303,6 +303,9 @@ def test_run_local_on_vllm_0_20_renders_a_command_line_0_20_accepts(
     status = result(out)
     assert status["phase"] == "Completed"
     assert status["environment"]["vllmRules"].startswith("0.20.0")
+    # No image ran: the environment names the command that did, not the spec's default image.
+    assert "image" not in status["environment"]
+    assert status["environment"]["engineCommand"].startswith("vllm serve ")
     treatment = next(s["argv"] for s in fake_engines.serves() if s["arm"] == "treatment")
     assert "--disable-prefix-caching" not in treatment
     assert "--per-request-spec-decode-metrics" not in treatment

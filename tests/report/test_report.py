@@ -17,10 +17,10 @@ import pytest
 from rich.console import Console
 
 from specdecode import cli, exit_status
-from specdecode.experiment import placement, validation, verdict
+from specdecode.experiment import placement, releases, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, Host
+from specdecode.experiment.status import ArmHosts, Environment, ExperimentStatus, GuardrailResult, Host
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -319,3 +319,65 @@ def test_terminal_says_where_each_arm_ran_and_warns_when_the_hosts_differ(finish
     assert "hosts: control on gpu-0, treatment on gpu-1" in text
     assert "placement: the arms ran on different hosts (node: gpu-0 (control) vs gpu-1 (treatment))" in text
     assert "placement:" not in shown(placed(finished[0], "gpu-0"))
+
+
+def test_the_page_shows_no_raw_json(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    validity = {"valid": True, "reasons": [], "schedule_lag_ms": {"p50": 0.4, "p99": 2.5}, "stages": {}}
+    environment = placement.environment(spec, releases.resolve(spec.engine))
+    status = status.model_copy(update={"validity": validity, "environment": environment})
+    assert status.stages[0].acceptance is not None and status.stages[0].acceptance.sources
+    html = render_html(status, records, windows, spec)
+    assert '{"' not in html and "{&quot;" not in html and "[&quot;" not in html
+    assert "<th class=l>schedule_lag_ms p99</th><td class=l>2.5</td>" in html
+    assert "<th class=l>speculative</th><td class=l>method draft_model; model Qwen/Qwen3-0.6B" in html
+    assert "requireStages all;" in html and "estimates: " in html
+
+
+def test_milliseconds_read_without_an_exponent_in_the_page_and_the_terminal() -> None:
+    spec, _ = validation.parse_experiment(
+        experiment_document(analysis={"guardrails": {"maxTtftRegression": 2.0}})
+    )
+    records, windows = synthetic.run(spec, n=60, ttft_base=1260.0, ttft_ratio=2.0)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    ttft = next(g for g in status.stages[0].guardrails if g.name.startswith("ttft"))
+    assert ttft.difference is not None and ttft.difference > 1000
+    html = render_html(status, records, windows, spec)
+    text = terminal_text(status)
+    exponent = re.compile(r"\d[eE][+-]?\d")
+    assert not exponent.search(html) and not exponent.search(text)
+    assert f"p90 +{ttft.difference:,.0f} ms" in html
+    control = status.stages[0].control.ttft_p90
+    assert control is not None and f"{control:,.0f} / " in text
+
+
+def test_a_guardrail_whose_interval_crosses_its_limit_is_not_shown_as_a_plain_holds(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    crossing = GuardrailResult(
+        name="errorRate", limit=0.01, estimate=0.005, ci_low=0.001, ci_high=0.02, outcome="Holds"
+    )
+    clear = GuardrailResult(
+        name="errorRate", limit=0.01, estimate=0.001, ci_low=0.0, ci_high=0.004, outcome="Holds"
+    )
+
+    def page(guardrail: GuardrailResult) -> str:
+        stage = status.stages[0].model_copy(update={"guardrails": [guardrail]})
+        return render_html(status.model_copy(update={"stages": [stage]}), records, windows, spec)
+
+    assert "<td class=l>Holds (not surely: the interval crosses 0.01)</td>" in page(crossing)
+    assert "<td class=l>Holds</td>" not in page(crossing)
+    assert "<td class=l>Holds</td>" in page(clear)
+
+
+def test_a_simulator_run_names_no_image_in_its_provenance() -> None:
+    spec, _ = validation.parse_experiment(
+        experiment_document(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    )
+    records, windows = synthetic.run(spec, n=30)
+    environment = placement.environment(spec, releases.resolve(spec.engine))
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus(environment=environment))
+    html = render_html(status, records, windows, spec)
+    assert "<th class=l>simulator</th>" in html
+    assert "<th class=l>image</th>" not in html and "vllm/vllm-openai" not in html

@@ -627,7 +627,14 @@ class _Run:
             for arm, state in arms.arms.items():
                 if arm not in self.hosts and state.exit_code() is None:
                     self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
-        environment = placement.environment(self.spec, self.release or releases.resolve(self.spec.engine))
+        # No image runs here: the engine is the command that started the arm (none for --control-url).
+        control = arms.arms.get(spec.Arm.CONTROL)
+        environment = placement.environment(
+            self.spec,
+            self.release or releases.resolve(self.spec.engine),
+            image=None,
+            engine_command=" ".join(control.argv) if control is not None and control.argv else None,
+        )
         hosts = status.ArmHosts(
             control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
         )

@@ -43,7 +43,13 @@ def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.3g}"
+    """Three significant digits, never an exponent (`1,000` ms, not `1e+03`)."""
+    if v != 0 and math.isfinite(v) and abs(v) >= 100:
+        return f"{v:,.0f}"
+    text = f"{v:.3g}"
+    if "e" in text:  # tiny
+        text = f"{v:.{2 - math.floor(math.log10(abs(v)))}f}"
+    return text
 
 
 def _frame(title: str, xlabel: str, ylabel: str) -> list[str]:
