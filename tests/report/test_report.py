@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import pty
 import re
@@ -381,3 +382,28 @@ def test_a_simulator_run_names_no_image_in_its_provenance() -> None:
     html = render_html(status, records, windows, spec)
     assert "<th class=l>simulator</th>" in html
     assert "<th class=l>image</th>" not in html and "vllm/vllm-openai" not in html
+
+
+def test_plots_have_round_ticks_legends_clear_of_the_curves_and_a_large_speed_up_plot(
+    spec: ExperimentSpec,
+) -> None:
+    records, windows = synthetic.run(spec, n=60, ttft_base=1260.0)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    plots = re.findall(r"<svg.*?</svg>", render_html(status, records, windows, spec), re.S)
+    speedup, ttft = plots[0], plots[1]
+    assert 'width="720" height="360"' in speedup and "minSpeedup 1.1</text>" in speedup
+    legends = {
+        name: float(y)
+        for plot in plots
+        for y, name in re.findall(r'<text x="[\d.]+" y="([\d.]+)" fill="[^"]+">([^<]+)</text>', plot)
+    }
+    assert {"control (n=60)", "treatment (n=60)", "– – minSpeedup 1.1"} <= legends.keys()
+    assert all(y < svg.MARGIN_TOP for y in legends.values()), legends  # above the plot area
+    bottom = svg.HEIGHT - svg.MARGIN_BOTTOM + 15
+    ticks = [
+        float(t.replace(",", ""))
+        for t in re.findall(rf'<text x="[\d.]+" y="{bottom}" text-anchor="middle">([^<]+)</text>', ttft)
+    ]
+    assert len(ticks) >= 3 and min(ticks) >= 1000, ticks
+    for tick in ticks:  # 1, 1.5, 2, 3, 5 or 7 times a power of ten
+        assert round(tick / 10 ** math.floor(math.log10(tick)), 6) in {1, 1.5, 2, 3, 5, 7}, ticks

@@ -482,6 +482,8 @@ def render_html(
             ylabel="speed-up",
             reference=spec.analysis.min_speedup,
             reference_label=f"minSpeedup {spec.analysis.min_speedup:g}",
+            width=720,
+            height=360,
         )
     )
     rec = status.recommendation
