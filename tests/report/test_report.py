@@ -134,6 +134,17 @@ def test_the_why_line_names_what_require_stages_needed(
         assert why.startswith("why: requireStages any rejects when every stage fails")
 
 
+def test_the_why_line_of_an_output_mismatch_names_the_stage(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=60, speedup={"low": 1.4, "c16": 0.9}, mismatch_rate=0.2)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    assert status.reason == "OutputMismatch"
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages="all"))
+    assert out.getvalue().splitlines()[1] == (
+        "why: outputs differ beyond the allowed rate at low, c16: any mismatch rejects"
+    )
+
+
 def test_specdecode_report_in_an_80_column_pseudo_terminal_cuts_no_header(
     tmp_path: Path, spec: ExperimentSpec, finished: Finished
 ) -> None:

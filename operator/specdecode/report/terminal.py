@@ -203,7 +203,12 @@ def why(status: ExperimentStatus, require: str | list[str] | None) -> str:
     if status.reason == "NoiseFloor":
         return "an A/A run (analysis.mode NoiseFloor) measures the noise floor; it judges no stage"
     if status.reason == "OutputMismatch":
-        bad = [s.name for s in status.stages if s.output_match is not None and s.verdict is StageVerdict.FAIL]
+        bad = [
+            s.name
+            for s in status.stages
+            for g in s.guardrails
+            if g.name == "outputMatch" and g.outcome in {"Breached", "SurelyBreached"}
+        ]
         return (
             f"outputs differ beyond the allowed rate at {', '.join(bad) or 'a stage'}: any mismatch rejects"
         )
