@@ -96,7 +96,7 @@ def _goodput(arm: ArmSummary) -> str:
     if g is None or g.fraction is None:
         return "–"
     bound = f" [{g.ci_low:.0%}, {g.ci_high:.0%}]" if g.ci_low is not None and g.ci_high is not None else ""
-    rate = f"; {g.per_second:.3g}/s" if g.per_second is not None else ""
+    rate = f"; {_num(g.per_second)}/s" if g.per_second is not None else ""
     return f"{g.fraction:.1%}{bound}{rate}"
 
 
