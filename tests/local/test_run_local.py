@@ -236,6 +236,9 @@ def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp
     assert stage["speedup"]["estimate"] > 1.0 and stage["speedup"]["n"] == 30
     report = (out / "report.html").read_text()
     assert "c1" in report and "Interrupted" in report
+    assert "why: no verdict: the run ended Failed (Interrupted); stage verdicts so far: c1 " in " ".join(
+        err.split()
+    )
 
 
 def test_the_mixed_dataset_gives_per_category_rows_and_slos_give_goodput(tmp_path: Path) -> None:

@@ -199,7 +199,10 @@ def why(status: ExperimentStatus, require: str | list[str] | None) -> str:
     verdicts = {s.name: s.verdict for s in status.stages}
     listed = ", ".join(f"{name} {v}" for name, v in verdicts.items()) or "none"
     if status.verdict is None:
-        return f"no verdict: the run ended {status.phase} ({status.reason or 'no reason given'}); stages: {listed}"
+        return (
+            f"no verdict: the run ended {status.phase} ({status.reason or 'no reason given'}); "
+            f"stage verdicts so far: {listed}"
+        )
     if status.reason == "NoiseFloor":
         return "an A/A run (analysis.mode NoiseFloor) measures the noise floor; it judges no stage"
     if status.reason == "OutputMismatch":
