@@ -344,6 +344,7 @@ def test_the_page_shows_no_raw_json(spec: ExperimentSpec, finished: Finished) ->
     assert "<th class=l>schedule_lag_ms p99</th><td class=l>2.5</td>" in html
     assert "<th class=l>speculative</th><td class=l>method draft_model; model Qwen/Qwen3-0.6B" in html
     assert "requireStages all;" in html and "estimates: " in html
+    assert "<p><b>why:</b> requireStages all needs Pass at low, c16: low Pass, c16 Fail</p>" in html
 
 
 def test_milliseconds_read_without_an_exponent_in_the_page_and_the_terminal() -> None:

@@ -24,7 +24,7 @@ from specdecode.experiment.status import (
     StageResult,
     StageVerdict,
 )
-from specdecode.report import svg
+from specdecode.report import svg, terminal
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -451,6 +451,7 @@ def render_html(
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         f"<p>{_badge(verdict)} <code>{escape(status.reason or '')}</code></p>",
+        f"<p><b>why:</b> {escape(terminal.why(status, spec.analysis.require_stages))}</p>",
         f"<p>{escape(status.message or '')}</p>",
         f"<p class=muted>model {escape(spec.model)}; speculative {escape(spec.speculative.method)} "
         f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}"
