@@ -69,7 +69,9 @@ def _report(args: argparse.Namespace) -> int:
     except results.ResultsError as exc:
         print(exc, file=sys.stderr)
         return exit_status.INVALID
-    terminal.console().print(terminal.render_terminal(loaded.status))
+    terminal.console().print(
+        terminal.render_terminal(loaded.status, require_stages=loaded.spec.analysis.require_stages)
+    )
     print(f"wrote {Path(args.directory) / results.REPORT}")
     return exit_status.OK
 
@@ -184,7 +186,9 @@ def _demo(args: argparse.Namespace) -> int:
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
 
-    p = sub.add_parser("sim", help="the built-in vLLM simulator as a server (an OpenAI-compatible stand-in for vllm serve)")
+    p = sub.add_parser(
+        "sim", help="the built-in vLLM simulator as a server (an OpenAI-compatible stand-in for vllm serve)"
+    )
     options.add_arguments(p)
     p.set_defaults(func=_sim)
 

@@ -8,12 +8,14 @@ failures, crashes, and stopping every process of an arm.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import re
 import signal
 import subprocess
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -275,6 +277,31 @@ def test_an_enginecore_that_ignores_sigterm_and_outlives_its_server_is_stopped(
     assert fake_engines.enginecores() == []
 
 
+def test_one_gpu_ctrl_c_during_the_treatment_keeps_the_stages_both_arms_finished(
+    tmp_path: Path, fake_engines: FakeEngines
+) -> None:
+    out = tmp_path / "out"
+    stages = [{"name": "c1", "concurrency": 1, "requests": 20}, {"name": "c4", "concurrency": 4}]
+    path = write_experiment(tmp_path, stages=stages, requests=400)  # c4: seconds, the control's in full
+    treatment_windows = out / "load-treatment" / "windows.json"
+    with running(path, out) as process:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if any(w["stage"] == "c1" for w in json.loads(treatment_windows.read_text())["windows"]):
+                    break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    status = result(out)
+    assert status["phase"] == "Failed" and status["reason"] == "Interrupted" and "verdict" not in status
+    # c1: both arms finished it (the control alone, then the treatment); c4: only the control had.
+    assert [s["name"] for s in status["stages"]] == ["c1"], status["message"]
+    assert status["stages"][0]["speedup"]["n"] == 20
+    assert "1 of 2 stage(s) finished before that (c1)" in status["message"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_sigterm_or_sighup_to_the_runner_stops_every_process_of_both_arms(
     tmp_path: Path, fake_engines: FakeEngines, sig: signal.Signals
@@ -361,6 +388,9 @@ def test_run_local_on_vllm_0_20_renders_a_command_line_0_20_accepts(
     status = result(out)
     assert status["phase"] == "Completed"
     assert status["environment"]["vllmRules"].startswith("0.20.0")
+    # No image ran: the environment names the command that did, not the spec's default image.
+    assert "image" not in status["environment"]
+    assert status["environment"]["engineCommand"].startswith("vllm serve ")
     treatment = next(s["argv"] for s in fake_engines.serves() if s["arm"] == "treatment")
     assert "--disable-prefix-caching" not in treatment
     assert "--per-request-spec-decode-metrics" not in treatment

@@ -269,6 +269,48 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
         assert not alive(pid), f"process {pid} left behind"
 
 
+def wait_for_window(out: Path, stage: str, *, seconds: float = 90.0) -> bool:
+    """Until the load's DIR/windows.json (rewritten after each stage) names `stage`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            doc = json.loads((out / "windows.json").read_text())
+            if any(w["stage"] == stage for w in doc["windows"]):
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny", "decodeStepMs": 3.0},
+        stages=[
+            {"name": "c1", "concurrency": 1, "requests": 30},
+            {"name": "c8", "concurrency": 8, "requests": 20000},
+        ],
+        sequential=False,
+    )
+    out = tmp_path / "out"
+    with running(path, out) as process:
+        assert wait_for_window(out, "c1")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    status = result(out)
+    assert status["phase"] == "Failed" and status["reason"] == "Interrupted"
+    assert "verdict" not in status
+    assert "Ctrl-C" in status["message"] and "1 of 2 stage(s) finished before that (c1)" in status["message"]
+    [stage] = status["stages"]
+    assert stage["name"] == "c1"
+    assert stage["speedup"]["estimate"] > 1.0 and stage["speedup"]["n"] == 30
+    report = (out / "report.html").read_text()
+    assert "c1" in report and "Interrupted" in report
+    assert "why: no verdict: the run ended Failed (Interrupted); stage verdicts so far: c1 " in " ".join(
+        err.split()
+    )
+
+
 def test_the_mixed_dataset_gives_per_category_rows_and_slos_give_goodput(tmp_path: Path) -> None:
     path = write_experiment(
         tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=40, slo={"ttft": {"p90": 1000}}

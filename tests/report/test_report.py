@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import math
+import os
+import pty
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import TypeAlias
 
@@ -12,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from specdecode import cli, exit_status
-from specdecode.experiment import breakeven, placement, validation, verdict
+from specdecode.experiment import breakeven, placement, releases, validation, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -21,6 +27,7 @@ from specdecode.experiment.status import (
     Degradation,
     Environment,
     ExperimentStatus,
+    GuardrailResult,
     Host,
     Speedup,
     StageVerdict,
@@ -94,6 +101,90 @@ def test_terminal_table_names_every_stage(finished: Finished) -> None:
     )
 
 
+def test_at_80_columns_no_header_is_cut_and_the_verdict_stands_on_its_own_line_with_why() -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
+    records, windows = synthetic.run(spec, n=60, categories={"code": (1.6, 0.85), "chat": (1.4, 0.4)})
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    assert status.stages[0].control.goodput is not None  # the widest table: with the goodput column
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages="all"))
+    lines = out.getvalue().splitlines()
+    assert "…" not in out.getvalue()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "verdict: Promote (SpeedupConfirmed)"
+    assert lines[1] == "why: requireStages all needs Pass at low, c16: low Pass, c16 Pass"
+    for header in ("speed-up [CI]", "acceptance", "goodput", "pairs", "verdict"):
+        assert header in out.getvalue()
+    # the verdict block and the first table are apart (no table border glued to the message)
+    assert lines[3] == ""
+
+
+@pytest.mark.parametrize(
+    ("require", "verdicts", "expected"),
+    [
+        (["low"], {"low": 1.4, "c16": 0.9}, "Promote (SpeedupConfirmed)"),
+        ("any", {"low": 1.4, "c16": 0.9}, "Promote (SpeedupConfirmed)"),
+        ("any", {"low": 0.8, "c16": 0.8}, "Reject (SlowerThanRequired)"),
+    ],
+)
+def test_the_why_line_names_what_require_stages_needed(
+    require: str | list[str], verdicts: dict[str, float], expected: str
+) -> None:
+    spec, _ = validation.parse_experiment(experiment_document(analysis={"requireStages": require}))
+    status = verdict.analyse(spec, *synthetic.run(spec, speedup=verdicts, n=60)).apply(ExperimentStatus())
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages=require))
+    head, why = out.getvalue().splitlines()[:2]
+    assert head == f"verdict: {expected}"
+    if require == ["low"]:
+        assert why == "why: requireStages [low] needs Pass at low: low Pass"
+    elif expected.startswith("Promote"):
+        assert why == "why: requireStages any needs one stage to Pass: low passed (low Pass, c16 Fail)"
+    else:
+        assert why.startswith("why: requireStages any rejects when every stage fails")
+
+
+def test_the_why_line_of_an_output_mismatch_names_the_stage(spec: ExperimentSpec) -> None:
+    records, windows = synthetic.run(spec, n=60, speedup={"low": 1.4, "c16": 0.9}, mismatch_rate=0.2)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    assert status.reason == "OutputMismatch"
+    out = io.StringIO()
+    Console(file=out, width=80).print(terminal.render_terminal(status, require_stages="all"))
+    assert out.getvalue().splitlines()[1] == (
+        "why: outputs differ beyond the allowed rate at low, c16: any mismatch rejects"
+    )
+
+
+def test_specdecode_report_in_an_80_column_pseudo_terminal_cuts_no_header(
+    tmp_path: Path, spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    results.write_results(tmp_path, status, records, windows, spec, name="exp")
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": "80", "LINES": "40", "TERM": "xterm"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdecode", "report", str(tmp_path)],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+    )
+    os.close(child)
+    chunks = []
+    with contextlib.suppress(OSError):  # EIO once the child has exited
+        while chunk := os.read(main, 65536):
+            chunks.append(chunk)
+    os.close(main)
+    assert process.wait(timeout=60) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
+    lines = text.splitlines()
+    assert "…" not in text
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "verdict: Reject (SlowerThanRequired)"
+    assert lines[1] == "why: requireStages all needs Pass at low, c16: low Pass, c16 Fail"
+    assert any(line.split() == ["stage", "load", "pairs", "speed-up", "[CI]", "verdict"] for line in lines)
+
+
 def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() -> None:
     spec, _ = validation.parse_experiment(experiment_document(analysis={"slo": {"ttft": {"p90": 60}}}))
     records, windows = synthetic.run(spec, speedup=1.4, n=60, ttft_ratio=1.3)
@@ -102,7 +193,7 @@ def test_goodput_and_the_ttft_tolerance_show_in_the_terminal_and_the_report() ->
     assert low.control.goodput is not None and low.treatment.goodput is not None
     text = terminal_text(status)
     assert (
-        "goodput c/t" in text
+        "goodput" in text
         and f"{low.control.goodput.fraction:.0%} / {low.treatment.goodput.fraction:.0%}" in text
     )
     html = render_html(status, records, windows, spec)
@@ -302,3 +393,91 @@ def test_the_confirmation_round_shows_in_the_terminal_and_the_report(
     line = "confirmation Refuted: c16 0.90x Fail (k=0, >= 0.98)"
     assert line in terminal_text(status)
     assert line.replace(">", "&gt;") in render_html(status, records, windows, spec)
+
+
+def test_the_page_shows_no_raw_json(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    validity = {"valid": True, "reasons": [], "schedule_lag_ms": {"p50": 0.4, "p99": 2.5}, "stages": {}}
+    environment = placement.environment(spec, releases.resolve(spec.engine))
+    status = status.model_copy(update={"validity": validity, "environment": environment})
+    assert status.stages[0].acceptance is not None and status.stages[0].acceptance.sources
+    html = render_html(status, records, windows, spec)
+    assert '{"' not in html and "{&quot;" not in html and "[&quot;" not in html
+    assert "<th class=l>schedule_lag_ms p99</th><td class=l>2.5</td>" in html
+    assert "<th class=l>speculative</th><td class=l>method draft_model; model Qwen/Qwen3-0.6B" in html
+    assert "requireStages all;" in html and "estimates: " in html
+    assert "<p><b>why:</b> requireStages all needs Pass at low, c16: low Pass, c16 Fail</p>" in html
+
+
+def test_milliseconds_read_without_an_exponent_in_the_page_and_the_terminal() -> None:
+    spec, _ = validation.parse_experiment(
+        experiment_document(analysis={"guardrails": {"maxTtftRegression": 2.0}})
+    )
+    records, windows = synthetic.run(spec, n=60, ttft_base=1260.0, ttft_ratio=2.0)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    ttft = next(g for g in status.stages[0].guardrails if g.name.startswith("ttft"))
+    assert ttft.difference is not None and ttft.difference > 1000
+    html = render_html(status, records, windows, spec)
+    text = terminal_text(status)
+    exponent = re.compile(r"\d[eE][+-]?\d")
+    assert not exponent.search(html) and not exponent.search(text)
+    assert f"p90 +{ttft.difference:,.0f} ms" in html
+    control = status.stages[0].control.ttft_p90
+    assert control is not None and f"{control:,.0f} / " in text
+
+
+def test_a_guardrail_whose_interval_crosses_its_limit_is_not_shown_as_a_plain_holds(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    crossing = GuardrailResult(
+        name="errorRate", limit=0.01, estimate=0.005, ci_low=0.001, ci_high=0.02, outcome="Holds"
+    )
+    clear = GuardrailResult(
+        name="errorRate", limit=0.01, estimate=0.001, ci_low=0.0, ci_high=0.004, outcome="Holds"
+    )
+
+    def page(guardrail: GuardrailResult) -> str:
+        stage = status.stages[0].model_copy(update={"guardrails": [guardrail]})
+        return render_html(status.model_copy(update={"stages": [stage]}), records, windows, spec)
+
+    assert "<td class=l>Holds (not surely: the interval crosses 0.01)</td>" in page(crossing)
+    assert "<td class=l>Holds</td>" not in page(crossing)
+    assert "<td class=l>Holds</td>" in page(clear)
+
+
+def test_a_simulator_run_names_no_image_in_its_provenance() -> None:
+    spec, _ = validation.parse_experiment(
+        experiment_document(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    )
+    records, windows = synthetic.run(spec, n=30)
+    environment = placement.environment(spec, releases.resolve(spec.engine))
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus(environment=environment))
+    html = render_html(status, records, windows, spec)
+    assert "<th class=l>simulator</th>" in html
+    assert "<th class=l>image</th>" not in html and "vllm/vllm-openai" not in html
+
+
+def test_plots_have_round_ticks_legends_clear_of_the_curves_and_a_large_speed_up_plot(
+    spec: ExperimentSpec,
+) -> None:
+    records, windows = synthetic.run(spec, n=60, ttft_base=1260.0)
+    status = verdict.analyse(spec, records, windows).apply(ExperimentStatus())
+    plots = re.findall(r"<svg.*?</svg>", render_html(status, records, windows, spec), re.S)
+    speedup, ttft = plots[0], plots[1]
+    assert 'width="720" height="360"' in speedup and "minSpeedup 1.1</text>" in speedup
+    legends = {
+        name: float(y)
+        for plot in plots
+        for y, name in re.findall(r'<text x="[\d.]+" y="([\d.]+)" fill="[^"]+">([^<]+)</text>', plot)
+    }
+    assert {"control (n=60)", "treatment (n=60)", "– – minSpeedup 1.1"} <= legends.keys()
+    assert all(y < svg.MARGIN_TOP for y in legends.values()), legends  # above the plot area
+    bottom = svg.HEIGHT - svg.MARGIN_BOTTOM + 15
+    ticks = [
+        float(t.replace(",", ""))
+        for t in re.findall(rf'<text x="[\d.]+" y="{bottom}" text-anchor="middle">([^<]+)</text>', ttft)
+    ]
+    assert len(ticks) >= 3 and min(ticks) >= 1000, ticks
+    for tick in ticks:  # 1, 1.5, 2, 3, 5 or 7 times a power of ten
+        assert round(tick / 10 ** math.floor(math.log10(tick)), 6) in {1, 1.5, 2, 3, 5, 7}, ticks

@@ -43,14 +43,14 @@ def environment(s: spec.ExperimentSpec, release: releases.Release, **observed: A
     """What the spec says was measured (image, draft, simulator, the release's rules), plus `observed`
     fields (e.g. `image_digest`, `nodes`); the one builder for the cluster and `run --local`."""
     sim = s.engine.simulator
-    return status.Environment(
-        image=None if sim else s.engine.image,
-        model_revision=s.model_revision or None,
-        draft_model=s.speculative.model or s.speculative.method.value,
-        simulator={"profile": sim.profile, **sim.overrides()} if sim else None,
-        vllm_rules=release.describe(),
-        **observed,
-    )
+    fields: dict[str, Any] = {
+        "image": None if sim else s.engine.image,
+        "model_revision": s.model_revision or None,
+        "draft_model": s.speculative.model or s.speculative.method.value,
+        "simulator": {"profile": sim.profile, **sim.overrides()} if sim else None,
+        "vllm_rules": release.describe(),
+    }
+    return status.Environment(**{**fields, **observed})
 
 
 def with_hosts(environment: status.Environment, hosts: status.ArmHosts) -> status.Environment:

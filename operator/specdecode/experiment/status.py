@@ -172,7 +172,10 @@ class Environment(StatusModel):
     """Provenance: what was actually measured."""
 
     image: str | None = None
-    """Engine image."""
+    """Engine image (a cluster run of vLLM; `run --local` and the simulator use none)."""
+    engine_command: str | None = None
+    """`run --local`: the command line that started the control arm (the treatment's adds the
+    speculative config), recorded instead of an image."""
     image_digest: str | None = None
     """Engine image digest, as the kubelet resolved it."""
     gpu_product: str | None = None

@@ -205,6 +205,16 @@ def log_ratios(
     return d
 
 
+def _apart(below: float, limit: float) -> tuple[str, str]:
+    """`below` < `limit` written at a precision that shows it: 3 decimals, more while they round alike
+    (an upper bound of 1.0498 against minSpeedup 1.05 reads `1.0498 < 1.0500`, not `1.050 < 1.05`)."""
+    for decimals in range(3, 10):
+        shown, line = f"{below:.{decimals}f}", f"{limit:.{decimals}f}"
+        if shown != line:  # at 3 decimals the limit reads as written (`1.05`); beyond, as precise
+            return shown, f"{limit:g}" if decimals == 3 else line
+    return repr(below), repr(limit)
+
+
 def compare(
     baseline: Sequence[float] | FloatArray,
     candidate: Sequence[float] | FloatArray,
@@ -263,7 +273,7 @@ def compare(
     if low >= threshold:
         label, why = Label.PASS, f"lower bound {ci[0]:.3f} ≥ {min_speedup:g}"
     elif high < threshold:
-        label, why = Label.FAIL, f"upper bound {ci[1]:.3f} < {min_speedup:g}"
+        label, why = Label.FAIL, "upper bound {} < {}".format(*_apart(ci[1], min_speedup))
     else:
         label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
     floor = min_detectable(

@@ -129,11 +129,11 @@ def run(path: Path, options: Options) -> int:
             f"stopped by {exc.signal}" if isinstance(exc, Terminated) else "interrupted by the user (Ctrl-C)"
         )
         final = run_.interrupted(how)
-        _finish(console, options, final, out)
+        _finish(console, options, final, out, run_.spec)
         return exit_status.INTERRUPTED
     finally:
         show.stop()
-    return _finish(console, options, final, out)
+    return _finish(console, options, final, out, run_.spec)
 
 
 @contextlib.contextmanager
@@ -155,9 +155,11 @@ def _sigterm_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _finish(console: Console, options: Options, final: ExperimentStatus, out: Path) -> int:
+def _finish(
+    console: Console, options: Options, final: ExperimentStatus, out: Path, experiment: spec.ExperimentSpec
+) -> int:
     if options.mode != "json":
-        console.print(terminal.render_terminal(final))
+        console.print(terminal.render_terminal(final, require_stages=experiment.analysis.require_stages))
         console.print(f"report: {out / results.REPORT}", markup=False, highlight=False)
     else:
         print(final.model_dump_json(by_alias=True, exclude_none=True))
@@ -187,6 +189,8 @@ class _Run:
         self.gpus: dict[spec.Arm, str] = {}
         self.search: status.SearchResult | None = None
         """`workload.search`: the break-even probes, run after the stages."""
+        self.finished: dict[str, set[str]] = {}
+        """Per arm: the stages its load finished (an interruption keeps those both arms finished)."""
         """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.status = ExperimentStatus(
             observed_generation=1,
@@ -384,7 +388,14 @@ class _Run:
         stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
     ) -> runner.RunResult:
         """The load, cancelled as soon as an arm's process dies or an arm cannot be reached."""
-        reach = _Reachability(self.view)
+
+        def progress(event: runner.ProgressEvent) -> None:
+            if isinstance(event, runner.StageFinished):
+                for arm in endpoints:
+                    self.finished.setdefault(arm, set()).add(event.stage)
+            self.view(event)
+
+        reach = _Reachability(progress)
         load = asyncio.create_task(runner.run(plan, endpoints, out, stop_rule=stop_rule, progress=reach))
         reach.stop = load.cancel  # at once: refused connections fail hundreds of requests a second
         # After the load too: a dead arm fails its last requests at once, so the load may end first.
@@ -715,7 +726,7 @@ class _Run:
         """Ctrl-C, SIGTERM or SIGHUP: Failed with what was measured kept, or, during the confirmation
         round, the verdict already reached with the round not run (RoundFailed)."""
         if self.judged is None:
-            return self.failed("Interrupted", f"{how}; the results so far are kept")
+            return self._interrupted_in_stages(how)
         final = self.judged.model_copy(
             update={
                 "recommendation": confirm.not_run(self.judged.recommendation, confirm.Reason.ROUND_FAILED),
@@ -741,6 +752,56 @@ class _Run:
         self._write(final)
         return final
 
+    def _interrupted_in_stages(self, how: str) -> ExperimentStatus:
+        """Interrupted before a verdict: Failed, keeping the stages both arms finished before it (their
+        statistics in `stages`, as a cluster run that fails during the load keeps them)."""
+        names = [s.name for s in self.spec.workload.stages]
+        done = set(names)
+        for arm in spec.Arm:
+            done &= self.finished.get(arm.value, set())
+        if not done:
+            return self.failed(
+                "Interrupted", f"{how} before any stage finished; the requests so far are kept"
+            )
+        if not self.records:
+            self.records = _read_records(self.out)
+        windows, validity = self._windows_so_far()
+        analysis = verdict.analyse(self.spec, self.records, windows, validity=validity)
+        kept = [s for s in analysis.stages if s.name in done]
+        self.windows = [w for w in windows if w.stage in done]
+        self.status = self.status.model_copy(update={"stages": kept})
+        return self.failed(
+            "Interrupted",
+            f"{how}; the {len(kept)} of {len(names)} stage(s) finished before that "
+            f"({', '.join(s.name for s in kept)}) are kept in result.json and the report",
+        )
+
+    def _windows_so_far(self) -> tuple[list[records.StageWindow], dict[str, Any] | None]:
+        """The windows.json and validity the interrupted load(s) left in DIR (one GPU: each arm's, merged);
+        the interruption itself does not invalidate the stages finished before it."""
+
+        def load(directory: Path) -> tuple[list[records.StageWindow], dict[str, Any] | None]:
+            try:
+                doc = json.loads((directory / runner.WINDOWS_FILE).read_text())
+                windows = [records.StageWindow.model_validate(w) for w in doc["windows"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                return [], None
+            try:
+                validity = json.loads((directory / runner.SUMMARY_FILE).read_text()).get("validity")
+            except (OSError, ValueError, AttributeError):
+                return windows, None
+            if isinstance(validity, dict):
+                reasons = [r for r in validity.get("reasons") or [] if r != "the run was interrupted"]
+                validity = {**validity, "reasons": reasons, "valid": not reasons}
+            return windows, validity
+
+        if not self.loads and not (self.out / "load-control").exists():
+            return load(self.out)
+        (control, control_validity), (treatment, treatment_validity) = (
+            load(self.out / f"load-{arm.value}") for arm in spec.Arm
+        )
+        return _merged_windows(control, treatment), _merged_validity(control_validity, treatment_validity)
+
     def _write(self, final: ExperimentStatus) -> None:
         with exit_status.writing_results(self.out):
             results.write_results(
@@ -759,7 +820,14 @@ class _Run:
             for arm, state in arms.arms.items():
                 if arm not in self.hosts and state.exit_code() is None:
                     self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
-        environment = placement.environment(self.spec, self.release or releases.resolve(self.spec.engine))
+        # No image runs here: the engine is the command that started the arm (none for --control-url).
+        control = arms.arms.get(spec.Arm.CONTROL)
+        environment = placement.environment(
+            self.spec,
+            self.release or releases.resolve(self.spec.engine),
+            image=None,
+            engine_command=" ".join(control.argv) if control is not None and control.argv else None,
+        )
         hosts = status.ArmHosts(
             control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
         )

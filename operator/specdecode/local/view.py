@@ -28,6 +28,7 @@ class StageTally:
     done: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     failed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     stopped_early: bool = False
+    warmup: bool = False
 
 
 class View:
@@ -41,7 +42,11 @@ class View:
     def __call__(self, event: runner.ProgressEvent) -> None:
         if isinstance(event, runner.StageStarted):
             self.current = event.stage
-            self.stages[event.stage] = StageTally(requests=event.requests, load=event.load)
+            tally = self.stages.get(event.stage)
+            if tally is None:
+                self.stages[event.stage] = StageTally(event.requests, event.load, warmup=event.warmup)
+            else:  # one GPU: the treatment's load of a stage the control ran before keeps its counts
+                tally.requests, tally.load = event.requests, event.load
         elif isinstance(event, runner.RequestDone):
             tally = self.stages.setdefault(event.stage, StageTally())
             tally.done[event.arm] += 1
@@ -116,7 +121,11 @@ class JsonView(View):
 
 
 class LiveView(View):
-    """Progress bars per stage and arm, failures, and the running speed-up."""
+    """Progress bars per stage and arm, failures, and the running speed-up.
+
+    An arm's bar and counts appear with its first request: one GPU runs the arms one after the other,
+    and an arm that has not run a stage shows `–`, not `0/0`.
+    """
 
     def __init__(self, console: Console | None = None) -> None:
         super().__init__()
@@ -148,15 +157,16 @@ class LiveView(View):
         self.console.print(text)
 
     def update(self, event: runner.ProgressEvent) -> None:
-        if isinstance(event, runner.StageStarted):
-            for arm in ("control", "treatment"):
-                label = f"{event.stage:<8} {arm:<9}" + (" (warm-up)" if event.warmup else "")
-                self.tasks[(event.stage, arm)] = self.progress.add_task(label, total=event.requests)
-        elif isinstance(event, runner.RequestDone):
+        if isinstance(event, runner.RequestDone):
             task = self.tasks.get((event.stage, event.arm))
-            if task is not None:
-                self.progress.advance(task)
-        else:
+            if task is None:
+                tally = self.stages[event.stage]
+                label = f"{event.stage:<8} {event.arm:<9}" + (" (warm-up)" if tally.warmup else "")
+                task = self.tasks[(event.stage, event.arm)] = self.progress.add_task(
+                    label, total=tally.requests or None
+                )
+            self.progress.advance(task)
+        elif isinstance(event, runner.StageFinished):
             for arm in ("control", "treatment"):
                 task = self.tasks.get((event.stage, arm))
                 if task is not None:
@@ -180,8 +190,10 @@ class LiveView(View):
             table.add_row(
                 name + (" (early stop)" if tally.stopped_early else ""),
                 tally.load,
-                f"{tally.done['control']}/{tally.failed['control']}",
-                f"{tally.done['treatment']}/{tally.failed['treatment']}",
+                *(
+                    f"{tally.done[arm]}/{tally.failed.get(arm, 0)}" if arm in tally.done else "–"
+                    for arm in ("control", "treatment")
+                ),
                 f"{speedup:.2f}x" if speedup else "-",
             )
         return Group(self.progress, table)

@@ -24,7 +24,7 @@ from specdecode.experiment.status import (
     StageResult,
     StageVerdict,
 )
-from specdecode.report import svg
+from specdecode.report import svg, terminal
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -39,8 +39,44 @@ code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.6em;overflow:auto}
 """
 
 
-def _num(v: float | None, digits: int = 3) -> str:
-    return "–" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
+def _num(v: float | None, digits: int = 3, *, sign: bool = False) -> str:
+    """`digits` significant digits, never an exponent: 1260 ms reads `1,260`, not `1.26e+03`."""
+    if v is None or not math.isfinite(v):
+        return "–"
+    plus = "+" if sign else ""
+    if abs(v) >= 10 ** (digits - 1):
+        return f"{v:{plus},.0f}"
+    text = f"{v:{plus}.{digits}g}"
+    if "e" in text:  # tiny: as many decimals as the digits need
+        decimals = digits - 1 - math.floor(math.log10(abs(v)))
+        text = f"{v:{plus}.{decimals}f}"
+    return text
+
+
+def _plain(value: object) -> str:
+    """A provenance or validity value in words: no JSON (`key value; ...`, lists comma-separated)."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_plain(v)}" for k, v in value.items() if v not in (None, [], {}))
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return _num(value, 4)
+    return str(value)
+
+
+def _outcome(g: GuardrailResult) -> str:
+    """The guardrail's outcome as shown: `Holds` only when the whole interval is on the safe side of
+    the limit; an estimate within it whose interval crosses it is `Holds (not surely: ...)`."""
+    text = str(g.outcome)
+    if g.outcome != "Holds" or g.ci_low is None or g.ci_high is None:
+        return text
+    # goodput's limit is the largest drop of a change (treatment - control): the line is at -limit
+    line = -g.limit if g.name == "goodput" else g.limit
+    if g.ci_low < line < g.ci_high:
+        return f"{text} (not surely: the interval crosses {_num(line, 4)})"
+    return text
 
 
 def _ci(est: float | None, low: float | None, high: float | None, suffix: str = "x") -> str:
@@ -60,7 +96,7 @@ def _goodput(arm: ArmSummary) -> str:
     if g is None or g.fraction is None:
         return "–"
     bound = f" [{g.ci_low:.0%}, {g.ci_high:.0%}]" if g.ci_low is not None and g.ci_high is not None else ""
-    rate = f"; {g.per_second:.3g}/s" if g.per_second is not None else ""
+    rate = f"; {_num(g.per_second)}/s" if g.per_second is not None else ""
     return f"{g.fraction:.1%}{bound}{rate}"
 
 
@@ -114,7 +150,7 @@ def _guardrail_note(g: GuardrailResult) -> str:
             if g.difference_ci_low is not None and g.difference_ci_high is not None
             else ""
         )
-        parts.append(f"p90 {g.difference:+.3g} ms{bound}, tolerance {g.tolerance:g} ms")
+        parts.append(f"p90 {_num(g.difference, sign=True)} ms{bound}, tolerance {_num(g.tolerance, 4)} ms")
     if g.name.startswith("slo"):
         parts.append("treatment percentile vs the SLO, ms")
     if g.name == "goodput":
@@ -124,6 +160,27 @@ def _guardrail_note(g: GuardrailResult) -> str:
     if g.note:
         parts.append(g.note)
     return "; ".join(parts)
+
+
+def _facts_table(facts: dict[str, object]) -> str:
+    """A dict (the validity block) as a two-column table, nested keys one row each, no JSON."""
+    rows: list[tuple[str, object]] = []
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix} {k}".strip(), v)
+        elif value not in (None, [], {}):
+            rows.append((prefix, value))
+
+    walk("", facts)
+    return (
+        "<table>"
+        + "".join(
+            f"<tr><th class=l>{escape(k)}</th><td class=l>{escape(_plain(v))}</td></tr>" for k, v in rows
+        )
+        + "</table>"
+    )
 
 
 #: mismatched pairs shown per stage, and characters of context around the divergence
@@ -226,7 +283,7 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             "<th class=l>outcome</th><th class=l>note</th></tr>"
             + "".join(
                 f"<tr><td class=l>{escape(g.name)}</td><td>{_num(g.estimate)}</td>"
-                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{g.limit:g}</td><td class=l>{escape(g.outcome)}</td>"
+                f"<td>[{_num(g.ci_low)}, {_num(g.ci_high)}]</td><td>{_num(g.limit, 4)}</td><td class=l>{escape(_outcome(g))}</td>"
                 f"<td class=l>{escape(_guardrail_note(g))}</td></tr>"
                 for g in stage.guardrails
             )
@@ -237,7 +294,7 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     if acc is not None:
         out.append(
             f"<p>acceptance rate {_num(acc.rate)} (source {escape(acc.source or '–')}), mean length "
-            f"{_num(acc.mean_length)}; estimates {escape(json.dumps({k: round(v, 3) for k, v in acc.sources.items()}))}"
+            f"{_num(acc.mean_length)}; estimates: {escape(_plain(acc.sources))}"
             + ("" if acc.agreement is None else (" — agree" if acc.agreement else " — <b>DISAGREE</b>"))
             + "</p>"
         )
@@ -396,12 +453,13 @@ def render_html(
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         f"<p>{_badge(verdict)} <code>{escape(status.reason or '')}</code></p>",
+        f"<p><b>why:</b> {escape(terminal.why(status, spec.analysis.require_stages))}</p>",
         f"<p>{escape(status.message or '')}</p>",
         f"<p class=muted>model {escape(spec.model)}; speculative {escape(spec.speculative.method)} "
         f"{escape(spec.speculative.model or '')} k={spec.speculative.num_speculative_tokens}"
         f"{'' if spec.speculates else ' (not used: an A/A run, analysis.mode NoiseFloor)'}; "
         f"primary metric {escape(spec.analysis.primary_metric)}; minSpeedup {spec.analysis.min_speedup:g}; "
-        f"confidence {spec.analysis.confidence:g}; requireStages {escape(json.dumps(spec.analysis.require_stages))}; "
+        f"confidence {spec.analysis.confidence:g}; requireStages {escape(_plain(spec.analysis.require_stages))}; "
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
     ]
     body: list[str] = []
@@ -434,6 +492,8 @@ def render_html(
             ylabel="speed-up",
             reference=spec.analysis.min_speedup,
             reference_label=f"minSpeedup {spec.analysis.min_speedup:g}",
+            width=720,
+            height=360,
         )
     )
     if status.search is not None:
@@ -442,8 +502,11 @@ def render_html(
     if rec is not None:
         body.append("<h2>Recommendation</h2><p>" + escape(rec.note or "") + "</p>")
         if rec.num_speculative_tokens_per_batch_size is not None:
-            cfg = {"num_speculative_tokens_per_batch_size": rec.num_speculative_tokens_per_batch_size}
-            body.append(f"<p>Add to the speculative config:</p><pre>{escape(json.dumps(cfg))}</pre>")
+            schedule = json.dumps(rec.num_speculative_tokens_per_batch_size)
+            body.append(
+                "<p>Add to the speculative config:</p>"
+                f"<pre>num_speculative_tokens_per_batch_size: {escape(schedule)}</pre>"
+            )
         if rec.confirmation_reason is not None:
             body.append(f"<p>{escape(confirm.summary(rec))}</p>")
     body.append("<h2>Stages</h2>")
@@ -451,7 +514,7 @@ def render_html(
         body.append(_stage_section(stage, records))
     body.append("<h2>Validity</h2>")
     body.append(
-        f"<pre>{escape(json.dumps(status.validity, indent=2))}</pre>"
+        _facts_table(status.validity)
         if status.validity
         else "<p class=muted>no validity block was recorded</p>"
     )
@@ -473,7 +536,6 @@ def render_html(
     prov = {
         "model": spec.model,
         "modelRevision": spec.model_revision or None,
-        "image": spec.engine.image,
         "speculative": spec.speculative.model_dump(mode="json", by_alias=True, exclude_none=True),
         "simulator": spec.engine.simulator.model_dump(mode="json", by_alias=True, exclude_none=True)
         if spec.engine.simulator
@@ -483,7 +545,7 @@ def render_html(
     body.append(
         "<table>"
         + "".join(
-            f"<tr><th class=l>{escape(k)}</th><td class=l>{escape(json.dumps(v))}</td></tr>"
+            f"<tr><th class=l>{escape(k)}</th><td class=l>{escape(_plain(v))}</td></tr>"
             for k, v in prov.items()
             if v not in (None, [], {})
         )

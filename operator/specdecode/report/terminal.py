@@ -1,16 +1,22 @@
-"""The terminal summary: the verdict line, a rich table of the stages (and one per prompt category,
-when the prompts carry categories, and the noise-floor table of an A/A run) and the recommendation."""
+"""The terminal summary: the verdict on a line of its own, one line saying why (which stages
+`requireStages` needed and what they got), the message, then the stage tables (speed-up, then
+latencies; one per prompt category when the prompts carry categories, and the noise-floor table of an
+A/A run) and the recommendation.
+
+Readable at 80 columns and in logs (no tty): the tables have no vertical borders, headers and cells
+wrap at spaces or fold instead of being cut to `…`, and a blank line separates the verdict block from
+the first table.
+"""
 
 from __future__ import annotations
 
-import sys
-
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from specdecode.experiment import breakeven, confirm, degradations, placement, search
-from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor
+from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor, StageVerdict
 
 _STYLE = {
     "Promote": "bold green",
@@ -43,11 +49,21 @@ def _flag(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "no")
 
 
+def _table(title: str, columns: tuple[str, ...], *, left: frozenset[str] = frozenset({"stage"})) -> Table:
+    """A table that stays readable when narrow: a rule under the header and no vertical borders; a
+    header or cell too wide wraps at spaces and folds a long word, never cut to `…`."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_lines=False)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right", overflow="fold")
+    return table
+
+
 def noise_floor_table(nf: NoiseFloor) -> Table:
     """Per stage of an A/A run: speed-up [CI], min detectable, measurable, mismatch rate [CI]."""
-    table = Table(title=f"noise floor (A/A; measurable: min detectable <= minSpeedup {nf.min_speedup:g})")
-    for col in ("stage", "pairs", "A/A speed-up [CI]", "min detectable", "measurable", "mismatch [CI]"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
+    table = _table(
+        f"noise floor (A/A; measurable: min detectable <= minSpeedup {nf.min_speedup:g})",
+        ("stage", "pairs", "A/A speed-up [CI]", "min detectable", "measurable", "mismatch [CI]"),
+    )
     for s in nf.stages:
         pct = [
             None if v is None else 100 * v for v in (s.mismatch_rate, s.mismatch_ci_low, s.mismatch_ci_high)
@@ -66,58 +82,63 @@ def noise_floor_table(nf: NoiseFloor) -> Table:
     return table
 
 
-def render_terminal(status: ExperimentStatus) -> RenderableType:
-    """A rich renderable: verdict, reason and message; per-stage table; recommendation."""
+def render_terminal(
+    status: ExperimentStatus, *, require_stages: str | list[str] | None = None
+) -> RenderableType:
+    """A rich renderable: the verdict line, why, the message; the stage tables; the recommendation.
+
+    `require_stages`: the spec's `analysis.requireStages`, which the why-line names (None: unknown).
+    """
     verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
     head = Text.assemble(
+        ("verdict: " if status.verdict is not None else "phase: ", "bold"),
         (verdict, _STYLE.get(verdict, "bold")),
-        "  ",
-        (status.reason or "", "cyan"),
-        "  ",
-        status.message or "",
     )
-    table = Table(title="stages", show_lines=False)
+    if status.reason:
+        head.append_text(Text.assemble(" (", (status.reason, "cyan"), ")"))
+    lines: list[RenderableType] = [head, Text("why: " + why(status, require_stages))]
+    if status.message:
+        lines.append(Text(status.message))
+    lines.append(Text(""))
+    speed = _table("speed-up per stage", ("stage", "load", "pairs", "speed-up [CI]", "verdict"), left=_LEFT)
     goodput = any(s.control.goodput is not None or s.treatment.goodput is not None for s in status.stages)
-    for col in (
-        "stage",
-        "load",
-        "pairs",
-        "speed-up [CI]",
-        "TPOT p50 c/t ms",
-        "TTFT p90 c/t ms",
-        "errors c/t",
-        *(["goodput c/t"] if goodput else []),
-        "acceptance",
-        "output match",
-        "verdict",
-    ):
-        table.add_column(col, justify="left" if col in {"stage", "load", "verdict"} else "right")
+    latency = _table(
+        "per stage, control / treatment (times in ms)",
+        (
+            "stage",
+            "TPOT p50",
+            "TTFT p90",
+            "errors",
+            *(["goodput"] if goodput else []),
+            "acceptance",
+            "output match",
+        ),
+    )
     for s in status.stages:
         sp = s.speedup
-        ci = "–"
-        if sp is not None and sp.estimate is not None:
-            ci = f"{sp.estimate:.2f}x"
-            if sp.ci_low is not None and sp.ci_high is not None:
-                ci += f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]"
         acc = s.acceptance
-        table.add_row(
+        speed.add_row(
             s.name,
             s.load or "",
             str(sp.n if sp else 0),
-            ci,
-            f"{_n(s.control.tpot_p50, '.2f')} / {_n(s.treatment.tpot_p50, '.2f')}",
-            f"{_n(s.control.ttft_p90)} / {_n(s.treatment.ttft_p90)}",
+            "–" if sp is None else _interval(sp.estimate, sp.ci_low, sp.ci_high),
+            Text(
+                str(s.verdict) + (" (early)" if s.stopped_early else ""), style=_STYLE.get(str(s.verdict), "")
+            ),
+        )
+        latency.add_row(
+            s.name,
+            f"{_ms(s.control.tpot_p50)} / {_ms(s.treatment.tpot_p50)}",
+            f"{_ms(s.control.ttft_p90)} / {_ms(s.treatment.ttft_p90)}",
             f"{s.control.errors} / {s.treatment.errors}",
             *([f"{_pct(s.control.goodput)} / {_pct(s.treatment.goodput)}"] if goodput else []),
             "–"
             if acc is None or acc.rate is None
             else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
             "–" if s.output_match is None else f"{s.output_match:.1%}",
-            Text(
-                str(s.verdict) + (" (early)" if s.stopped_early else ""), style=_STYLE.get(str(s.verdict), "")
-            ),
         )
-    parts: list[RenderableType] = [head, table]
+    table: RenderableType = Group(speed, latency) if status.stages else Text("no stage measured")
+    parts: list[RenderableType] = [*lines, table]
     if status.degradations:
         parts.append(
             Text("speculation degraded: " + degradations.summary(status.degradations), style="yellow")
@@ -159,9 +180,11 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
         if rec.confirmation_reason is not None:
             parts.append(Text(confirm.summary(rec), style="green" if rec.confirmed else "yellow"))
     if any(s.categories for s in status.stages):
-        by_category = Table(title="per prompt category (informative)", show_lines=False)
-        for col in ("stage", "category", "pairs", "speed-up [CI]", "acceptance"):
-            by_category.add_column(col, justify="left" if col in {"stage", "category"} else "right")
+        by_category = _table(
+            "per prompt category (informative)",
+            ("stage", "category", "pairs", "speed-up [CI]", "acceptance"),
+            left=frozenset({"stage", "category"}),
+        )
         for s in status.stages:
             for c in s.categories:
                 ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
@@ -170,6 +193,52 @@ def render_terminal(status: ExperimentStatus) -> RenderableType:
                 by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
         parts.append(by_category)
     return Group(*parts)
+
+
+_LEFT = frozenset({"stage", "load", "verdict"})
+
+
+def _ms(v: float | None) -> str:
+    """Milliseconds as shown: two decimals below 100 ms, one below 1000, whole above (no exponent)."""
+    if v is None:
+        return "–"
+    return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def why(status: ExperimentStatus, require: str | list[str] | None) -> str:
+    """One line: why the verdict is what it is (the stages `requireStages` needed and what they got)."""
+    verdicts = {s.name: s.verdict for s in status.stages}
+    listed = ", ".join(f"{name} {v}" for name, v in verdicts.items()) or "none"
+    if status.verdict is None:
+        return (
+            f"no verdict: the run ended {status.phase} ({status.reason or 'no reason given'}); "
+            f"stage verdicts so far: {listed}"
+        )
+    if status.reason == "NoiseFloor":
+        return "an A/A run (analysis.mode NoiseFloor) measures the noise floor; it judges no stage"
+    if status.reason == "OutputMismatch":
+        bad = [
+            s.name
+            for s in status.stages
+            for g in s.guardrails
+            if g.name == "outputMatch" and g.outcome in {"Breached", "SurelyBreached"}
+        ]
+        return (
+            f"outputs differ beyond the allowed rate at {', '.join(bad) or 'a stage'}: any mismatch rejects"
+        )
+    if require is None:
+        return f"stage verdicts: {listed}"
+    if require == "any":
+        passed = [n for n, v in verdicts.items() if v is StageVerdict.PASS]
+        if passed:
+            return f"requireStages any needs one stage to Pass: {', '.join(passed)} passed ({listed})"
+        if verdicts and all(v is StageVerdict.FAIL for v in verdicts.values()):
+            return f"requireStages any rejects when every stage fails, and every stage failed ({listed})"
+        return f"requireStages any needs one stage to Pass, and none did ({listed})"
+    needed = list(verdicts) if require == "all" else list(require)
+    spec_words = "all" if require == "all" else "[" + ", ".join(require) + "]"
+    got = ", ".join(f"{n} {verdicts[n]}" if n in verdicts else f"{n} not measured" for n in needed)
+    return f"requireStages {spec_words} needs Pass at {', '.join(needed) or 'every stage'}: {got}"
 
 
 def _interval(estimate: float | None, low: float | None, high: float | None) -> str:
@@ -185,16 +254,11 @@ def _crossover(status: ExperimentStatus) -> list[RenderableType]:
         return []
     if not block.ran:
         return [Text(f"placement: crossover not run ({block.reason}): {block.message or ''}", style="yellow")]
-    table = Table(title="Placement (crossover: the arms' placements swapped)", show_lines=False)
-    for col in (
-        "stage",
-        "round 1",
-        "round 2 (swapped)",
-        "placement effect",
-        "speed-up without it",
-        "verdict",
-    ):
-        table.add_column(col, justify="left" if col in {"stage", "verdict"} else "right")
+    table = _table(
+        "Placement (crossover: the arms' placements swapped)",
+        ("stage", "round 1", "round 2 (swapped)", "placement effect", "speed-up without it", "verdict"),
+        left=frozenset({"stage", "verdict"}),
+    )
     for s in status.stages:
         p, sp = s.placement, s.speedup
         if p is None:
@@ -216,6 +280,6 @@ def _crossover(status: ExperimentStatus) -> list[RenderableType]:
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console for the summary: the terminal's width, or 140 columns in logs (CI, pipes)."""
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 140)
+    """A console for the summary: the terminal's width, or in logs (CI, pipes) `COLUMNS` or 80 columns,
+    which the summary is laid out for."""
+    return Console(stderr=stderr)
