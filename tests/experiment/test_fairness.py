@@ -37,6 +37,11 @@ def test_the_speculative_flags_written_with_an_equals_sign_are_ignored_too() -> 
     assert fairness.differences(arm(), treatment) == []
 
 
+def test_a_speculative_flag_on_the_control_is_a_difference() -> None:
+    found = fairness.differences(arm(argv=(*ARGV, *SPECULATIVE[:2])), arm(argv=(*ARGV, *SPECULATIVE)))
+    assert found == [ArmDifference(field="args", control='--speculative-config {"method":"draft_model"}')]
+
+
 def test_the_arms_as_manifests_renders_them_differ_only_in_the_speculative_flags() -> None:
     parsed, _ = validation.parse_experiment(experiment_document())
     assert parsed is not None

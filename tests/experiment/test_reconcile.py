@@ -349,6 +349,18 @@ def test_arms_that_differ_beyond_speculation_start_the_load_with_a_warning_by_de
     assert warning.type == "Warning" and "env.EXTRA: absent (control) vs 1 (treatment)" in warning.message
 
 
+def test_a_verdict_after_arms_that_differed_says_so_in_its_message() -> None:
+    differed = at(Phase.ANALYZING).model_copy(
+        update={"arm_differences": [status.ArmDifference(field="imageID", control="a", treatment="b")]}
+    )
+    done = reconcile.decide(subject(), differed, Observed(analysis=judgement(Verdict.PROMOTE)), T0)
+    assert done.status.phase is Phase.COMPLETED
+    assert (done.status.message or "").endswith(
+        "; the arms' pods differed beyond speculation (in imageID): the speed-up may partly be that"
+    )
+    assert condition(done.status, "ArmsDiffer").status == "True"
+
+
 def test_arms_that_differ_beyond_speculation_fail_before_the_load_when_fairness_is_fail() -> None:
     observed = Observed(arms=ready_arms(), arm_pods=differing_pods(env={"EXTRA": "1"}), scraped=False)
     strict = subject(analysis={"fairness": "Fail"})

@@ -10,8 +10,9 @@ difference (`status.armDifferences`, condition `ArmsDiffer`).
 
 Compared, for each arm's engine container (the container named `engine`, else the first): the
 image digest the kubelet resolved (`imageID`), the node's GPU product label, resource requests and
-limits, command and args without the speculative flags (`SPECULATIVE_FLAGS`), and env. A fact known
-for one arm only is not a difference: it is unknown, not different (as in `placement.py`).
+limits, command and args (the treatment's without the speculative flags, `SPECULATIVE_FLAGS`: on
+the control they are a difference), and env. A fact known for one arm only is not a difference: it
+is unknown, not different (as in `placement.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from specdecode.experiment import status
 
 #: The flags `manifests.serve_args` renders for the treatment only (each followed by its value, or
-#: written `--flag=value`); removed from both arms' argv before comparing.
+#: written `--flag=value`); removed from the treatment's argv before comparing.
 SPECULATIVE_FLAGS: tuple[str, ...] = ("--speculative-config", "--per-request-spec-decode-metrics")
 
 #: `ArmDifference.field` of each kind of difference (env and resources add the variable or the
@@ -76,7 +77,8 @@ def differences(control: ArmPod, treatment: ArmPod) -> list[status.ArmDifference
         if a is not None and b is not None and a != b:
             found.append(status.ArmDifference(field=name, control=a, treatment=b))
     found += _mapping("resources", control.resources, treatment.resources)
-    args = _args(without_speculation(control.argv), without_speculation(treatment.argv))
+    # Only the treatment's: a speculative flag on the control is a difference (it speculates too).
+    args = _args(control.argv, without_speculation(treatment.argv))
     if args is not None:
         found.append(args)
     found += _mapping("env", control.env, treatment.env)
@@ -96,6 +98,17 @@ def message(found: Sequence[status.ArmDifference]) -> str:
         f"the arms' pods differ in more than speculation ({summary(found)}): the difference is measured "
         "as part of the speed-up; find what changed one arm (a webhook, a LimitRange, an edit of its "
         "Deployment, a moved image tag) and run the experiment again"
+    )
+
+
+def qualify(text: str, found: Sequence[status.ArmDifference]) -> str:
+    """A verdict's message, with a note when the arms' pods differed (so the flag stays in
+    `status.message`, the line pipelines print)."""
+    if not found:
+        return text
+    fields = ", ".join(d.field for d in found)
+    return (
+        f"{text}; the arms' pods differed beyond speculation (in {fields}): the speed-up may partly be that"
     )
 
 

@@ -470,7 +470,9 @@ def _analyzing(
             "phase": Phase.COMPLETED,
             "verdict": outcome.verdict,
             "reason": outcome.reason,
-            "message": placement.qualify(outcome.message, environment),
+            "message": fairness.qualify(
+                placement.qualify(outcome.message, environment), current.arm_differences
+            ),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
             "noise_floor": outcome.noise_floor,
