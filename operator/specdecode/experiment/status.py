@@ -673,8 +673,8 @@ class ExperimentStatus(StatusModel):
     degradations: list[Degradation] = Field(default_factory=list)
     """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
     arm_differences: list[ArmDifference] = Field(default_factory=list)
-    """How the arms' live pods differed beyond speculation when the load started (`analysis.fairness`;
-    condition ArmsDiffer)."""
+    """How the arms' live pods differed beyond speculation once both were Ready, before the load
+    (`analysis.fairness`; condition ArmsDiffer)."""
     search: SearchResult | None = None
     """The break-even search (`workload.search`; `run --local` only): probes, why it stopped, the load."""
     results_ref: ResultsRef | None = None
