@@ -105,6 +105,12 @@ def test_each_kind_of_difference_is_named_with_both_sides(treatment: ArmPod, exp
     assert fairness.differences(arm(), treatment) == [expected]
 
 
+def test_one_image_digest_written_two_ways_is_not_a_difference() -> None:
+    treatment = arm(image_id="docker-pullable://vllm/vllm-openai@sha256:aaa")
+    assert fairness.differences(arm(), treatment) == []
+    assert fairness.differences(arm(image_id="sha256:aaa"), treatment) == []
+
+
 def test_a_fact_known_for_one_arm_only_is_not_a_difference() -> None:
     assert fairness.differences(arm(image_id=None), arm(gpu_product=None)) == []
 

@@ -70,12 +70,12 @@ def without_speculation(argv: Sequence[str]) -> tuple[str, ...]:
 def differences(control: ArmPod, treatment: ArmPod) -> list[status.ArmDifference]:
     """Each fact in which the arms' pods differ, named, with both sides (None: absent on that side)."""
     found: list[status.ArmDifference] = []
-    for name, a, b in (
-        (IMAGE_ID, control.image_id, treatment.image_id),
-        (GPU_PRODUCT, control.gpu_product, treatment.gpu_product),
-    ):
-        if a is not None and b is not None and a != b:
-            found.append(status.ArmDifference(field=name, control=a, treatment=b))
+    a, b = control.image_id, treatment.image_id
+    if a is not None and b is not None and _digest(a) != _digest(b):
+        found.append(status.ArmDifference(field=IMAGE_ID, control=a, treatment=b))
+    a, b = control.gpu_product, treatment.gpu_product
+    if a is not None and b is not None and a != b:
+        found.append(status.ArmDifference(field=GPU_PRODUCT, control=a, treatment=b))
     found += _mapping("resources", control.resources, treatment.resources)
     # Only the treatment's: a speculative flag on the control is a difference (it speculates too).
     args = _args(control.argv, without_speculation(treatment.argv))
@@ -134,6 +134,13 @@ def _args(control: tuple[str, ...], treatment: tuple[str, ...]) -> status.ArmDif
         end += 1
     a, b = control[start : len(control) - end], treatment[start : len(treatment) - end]
     return status.ArmDifference(field=ARGS, control=" ".join(a) or None, treatment=" ".join(b) or None)
+
+
+def _digest(image_id: str) -> str:
+    """The content digest of an `imageID`: runtimes write it differently (`docker-pullable://repo@sha256:...`,
+    `repo@sha256:...`, `sha256:...`), the same image has the same digest."""
+    at = image_id.find("sha256:")
+    return image_id[at:] if at >= 0 else image_id
 
 
 def _shown(value: str | None) -> str:
