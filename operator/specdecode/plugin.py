@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdecode import exit_status
-from specdecode.experiment import reconcile, spec, status
+from specdecode.experiment import fairness, reconcile, spec, status
 
 RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
 REPORT_KEY = "report.html.gz"
@@ -199,6 +199,8 @@ def describe(obj: dict[str, Any]) -> str:
         f"Reason:      {st.reason or '-'}",
         f"Message:     {st.message or '-'}",
     ]
+    if st.arm_differences:
+        lines.append(f"Arms differ: {fairness.summary(st.arm_differences)}")
     if st.stages:
         lines += ["Stages:", *_stage_table(st.stages)]
     if st.recommendation is not None and st.recommendation.beneficial_up_to:

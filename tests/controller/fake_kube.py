@@ -78,6 +78,9 @@ class FakeKube:
             if k == kind and _has(o, labels)
         ]
 
+    async def node(self, name: str) -> dict[str, Any] | None:
+        return await self.get(kube.NODE, "", name)
+
     async def pod_log(self, namespace: str, name: str) -> str | None:
         self.reads.append(("LOG", kube.POD, name))
         return self.logs.get(name)

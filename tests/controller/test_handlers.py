@@ -414,3 +414,68 @@ def test_a_treatment_log_the_api_server_cannot_give_is_not_read_rather_than_clea
     unplaced = [arm_pod("treatment", "t", node=None)]
     assert asyncio.run(handlers._degradations(client, "default", unplaced)) is None  # type: ignore[arg-type]
     assert client.reads == [("LOG", kube.POD, "t")]
+
+
+def ready_arms_with_pods(client: FakeKube, *, treatment_env: list[dict[str, str]]) -> None:
+    """What the Deployment controller, the scheduler and the kubelet would add: each arm Ready, with
+    a pod from its template on a node labelled with its GPU product (`treatment_env`: added to the
+    treatment's pod, as a webhook or an edit of its Deployment would)."""
+    client.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-0", "labels": {observe.LABEL_GPU_PRODUCT: "NVIDIA-H200"}},
+        }
+    )
+    for arm in ("control", "treatment"):
+        deployment = client.named(kube.DEPLOYMENT, f"exp-{arm}")
+        deployment["status"] = {"readyReplicas": 1}
+        template = copy.deepcopy(deployment["spec"]["template"])
+        if arm == "treatment":
+            template["spec"]["containers"][0]["env"] += treatment_env
+        client.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {**template["metadata"], "name": f"exp-{arm}-x"},
+                "spec": {**template["spec"], "nodeName": "gpu-0"},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "engine", "ready": True}]},
+            }
+        )
+
+
+@pytest.mark.parametrize("fairness", ["Warn", "Fail"])
+def test_the_arms_live_pods_are_compared_before_the_load(
+    fairness: str, operator_events: list[tuple[str, str]]
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["analysis"] = {"fairness": fairness}
+    operator = Operator(client, doc)
+    assert run(operator, 2)["phase"] == "Deploying"
+    ready_arms_with_pods(client, treatment_env=[{"name": "EXTRA", "value": "1"}])
+    status = run(operator)
+    assert status["armDifferences"] == [{"field": "env.EXTRA", "treatment": "1"}], status
+    assert "ArmsDiffer" in {reason for reason, _ in operator_events}
+    if fairness == "Warn":
+        assert status["phase"] == "Running", status
+        assert client.names(kube.JOB) == ["exp-load"]
+    else:
+        assert (status["phase"], status["reason"]) == ("Failed", "ArmsDiffer"), status
+        assert client.names(kube.JOB) == []
+        assert client.names(kube.DEPLOYMENT) == []  # cleanup: Always frees the GPUs
+
+
+def test_arms_whose_pods_differ_only_in_speculation_start_the_load_without_a_difference(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["analysis"] = {"fairness": "Fail"}
+    operator = Operator(client, doc)
+    assert run(operator, 2)["phase"] == "Deploying"
+    ready_arms_with_pods(client, treatment_env=[])
+    status = run(operator)
+    assert status["phase"] == "Running", status
+    assert "armDifferences" not in status
+    assert "ArmsDiffer" not in {reason for reason, _ in operator_events}

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Any
 
 from specdecode.controller import observe
-from specdecode.experiment import spec
+from specdecode.experiment import fairness, manifests, spec, status, validation
+from tests.factories import experiment_document
 
 
 def pod(name: str, arm: str | None = None, component: str = "engine", **status: Any) -> dict[str, Any]:
@@ -215,3 +217,42 @@ def test_each_arm_gets_the_host_of_its_live_bound_pod() -> None:
         spec.Arm.CONTROL: ("gpu-0", "A"),
         spec.Arm.TREATMENT: ("gpu-1", "B"),
     }
+
+
+def live_pod(arm: spec.Arm, doc: dict[str, Any], image_id: str) -> dict[str, Any]:
+    """The pod the API server would store for an arm's Deployment, with the kubelet's imageID."""
+    parsed, _ = validation.parse_experiment(doc)
+    assert parsed is not None
+    template = manifests.build_deployment("exp", parsed, arm, manifests.Settings())["spec"]["template"]
+    return {
+        "metadata": {"name": f"exp-{arm.value}-x", "labels": template["metadata"]["labels"]},
+        "spec": {**template["spec"], "nodeName": "gpu-0"},
+        "status": {"containerStatuses": [{"name": "engine", "imageID": image_id, "ready": True}]},
+    }
+
+
+def test_the_arms_pods_as_built_do_not_differ_and_an_edited_one_is_named() -> None:
+    doc = experiment_document(
+        engine={
+            "image": "vllm/vllm-openai:v0.20.0",
+            "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+        }
+    )
+    digest = "docker.io/vllm/vllm-openai@sha256:aaa"
+    pods = [live_pod(arm, doc, digest) for arm in spec.Arm]
+    host = status.Host(node="gpu-0", gpu_product="NVIDIA-H200")
+    hosts = dict.fromkeys(spec.Arm, host)
+    same = observe.arm_pods(pods, hosts)
+    assert same[spec.Arm.CONTROL].env["HF_TOKEN"].startswith("valueFrom ")
+    assert same[spec.Arm.CONTROL].resources["limits.nvidia.com/gpu"] == "1"
+    assert fairness.differences(same[spec.Arm.CONTROL], same[spec.Arm.TREATMENT]) == []
+
+    edited = copy.deepcopy(pods)
+    (engine,) = edited[1]["spec"]["containers"]
+    engine["env"].append({"name": "EXTRA", "value": "1"})
+    edited[1]["status"]["containerStatuses"][0]["imageID"] = "docker.io/vllm/vllm-openai@sha256:bbb"
+    hosts[spec.Arm.TREATMENT] = status.Host(node="gpu-1", gpu_product="NVIDIA-H100-80GB-HBM3")
+    differ = observe.arm_pods(edited, hosts)
+    found = fairness.differences(differ[spec.Arm.CONTROL], differ[spec.Arm.TREATMENT])
+    assert [d.field for d in found] == ["imageID", "gpuProduct", "env.EXTRA"]

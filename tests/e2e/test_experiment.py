@@ -734,3 +734,68 @@ def test_the_chart_installed_in_a_restricted_namespace_runs_a_simulated_experime
     finally:
         subprocess.run([*helm, "uninstall", release, "--wait", "--timeout=60s"], check=False, timeout=90)
         relay.stop()
+
+
+@pytest.mark.parametrize("fairness", ["Warn", "Fail"])
+def test_an_arm_edited_before_it_is_ready_is_named_as_a_difference_between_the_arms(
+    cluster: Cluster,
+    crd: Path,
+    node_agent: NodeAgent,
+    prometheus: Prometheus,
+    namespace: str,
+    tmp_path: Path,
+    fairness: str,
+) -> None:
+    """Issue 18: the treatment's Deployment gets an extra env var while both arms are held
+    Unschedulable (a node selector no node matches, which both Deployments then drop alike). Warn:
+    the load runs to its verdict, with the difference in status, condition ArmsDiffer and a Warning
+    event; Fail: Failed ArmsDiffer before any load."""
+    hold = "specdecode.io/e2e-hold"
+    env = {"SPECDECODE_PROMETHEUS_URL": prometheus.url, "SPECDECODE_UNSCHEDULABLE_GRACE": "120"}
+    process = OperatorProcess(cluster, namespace, tmp_path, env)
+    name = "unfair"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["nodeSelector"][hold] = "held"
+    doc["spec"]["analysis"]["fairness"] = fairness
+    process.start()
+    try:
+        process.apply(doc)
+        arms = [f"{name}-control", f"{name}-treatment"]
+        process.wait(
+            "both arms' Deployments",
+            lambda: sorted(d["metadata"]["name"] for d in process.get("deployments")["items"]) == arms,
+        )
+        extra = {"containers": [{"name": "engine", "env": [{"name": "EXTRA", "value": "1"}]}]}
+        cluster.kubectl(
+            "patch", "deployment", f"{name}-treatment", "-n", namespace,
+            "-p", json.dumps({"spec": {"template": {"spec": extra}}}),
+        )  # fmt: skip
+        release = {"spec": {"template": {"spec": {"nodeSelector": {hold: None}}}}}
+        for deployment in arms:
+            cluster.kubectl("patch", "deployment", deployment, "-n", namespace, "-p", json.dumps(release))
+        if fairness == "Warn":
+            status, _ = run_to_the_end(process, prometheus, node_agent, name)
+        else:
+            status = process.wait_phase(name, "Running", "Completed", "Failed", timeout=120)
+        detail = f"{status}\noperator:\n{process.log_tail()}"
+        assert status["armDifferences"] == [{"field": "env.EXTRA", "treatment": "1"}], detail
+        differ = next(c for c in status["conditions"] if c["type"] == "ArmsDiffer")
+        assert (differ["status"], differ["message"]) == (
+            "True",
+            "env.EXTRA: absent (control) vs 1 (treatment)",
+        )
+        if fairness == "Warn":
+            assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
+            events = [e for e in process.get("events")["items"] if e.get("reason") == "ArmsDiffer"]
+            assert events and events[0]["type"] == "Warning", detail
+            assert "env.EXTRA: absent (control) vs 1 (treatment)" in events[0]["message"], detail
+        else:
+            assert (status["phase"], status["reason"]) == ("Failed", "ArmsDiffer"), detail
+            assert "env.EXTRA: absent (control) vs 1 (treatment)" in status["message"], detail
+            assert status.get("startedAt") is None, detail
+            assert process.get("jobs")["items"] == [], detail  # no load
+            process.wait(
+                "the arms deleted (cleanup: Always)", lambda: process.get("deployments")["items"] == []
+            )
+    finally:
+        process.stop()

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specdecode.experiment import reconcile, spec, status, validation
+from specdecode.experiment import fairness, reconcile, spec, status, validation
 from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
 from tests.factories import experiment_document
@@ -319,6 +319,75 @@ def test_arms_prometheus_never_scrapes_fail_at_the_deploy_deadline() -> None:
     assert decision.status.phase is Phase.FAILED
     assert decision.status.reason == "PrometheusNoData"
     assert decision.status.verdict is None
+
+
+# ------------------------------------------------------------------ fairness: the arms' live pods (#18)
+
+
+def differing_pods(*, env: dict[str, str]) -> dict[spec.Arm, fairness.ArmPod]:
+    argv = ("vllm", "serve", "m")
+    return {
+        spec.Arm.CONTROL: fairness.ArmPod("exp-control-x", argv=argv),
+        spec.Arm.TREATMENT: fairness.ArmPod(
+            "exp-treatment-x", argv=(*argv, "--speculative-config", "{}"), env=env
+        ),
+    }
+
+
+def test_arms_that_differ_beyond_speculation_start_the_load_with_a_warning_by_default() -> None:
+    observed = Observed(arms=ready_arms(), arm_pods=differing_pods(env={"EXTRA": "1"}))
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0)
+    assert decision.status.phase is Phase.RUNNING
+    assert decision.actions == [Action.CREATE_LOAD]
+    assert decision.status.arm_differences == [
+        status.ArmDifference(field="env.EXTRA", control=None, treatment="1")
+    ]
+    differ = condition(decision.status, "ArmsDiffer")
+    assert (differ.status, differ.reason) == ("True", "ArmsDiffer")
+    assert differ.message == "env.EXTRA: absent (control) vs 1 (treatment)"
+    (warning,) = [e for e in decision.events if e.reason == "ArmsDiffer"]
+    assert warning.type == "Warning" and "env.EXTRA: absent (control) vs 1 (treatment)" in warning.message
+
+
+def test_a_verdict_after_arms_that_differed_says_so_in_its_message() -> None:
+    differed = at(Phase.ANALYZING).model_copy(
+        update={"arm_differences": [status.ArmDifference(field="imageID", control="a", treatment="b")]}
+    )
+    done = reconcile.decide(subject(), differed, Observed(analysis=judgement(Verdict.PROMOTE)), T0)
+    assert done.status.phase is Phase.COMPLETED
+    assert (done.status.message or "").endswith(
+        "; the arms' pods differed beyond speculation (in imageID): the speed-up may partly be that"
+    )
+    assert condition(done.status, "ArmsDiffer").status == "True"
+
+
+def test_arms_that_differ_beyond_speculation_fail_before_the_load_when_fairness_is_fail() -> None:
+    observed = Observed(arms=ready_arms(), arm_pods=differing_pods(env={"EXTRA": "1"}), scraped=False)
+    strict = subject(analysis={"fairness": "Fail"})
+    decision = reconcile.decide(strict, at(Phase.DEPLOYING), observed, T0)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "ArmsDiffer")
+    assert "env.EXTRA: absent (control) vs 1 (treatment)" in (decision.status.message or "")
+    assert decision.status.verdict is None
+    assert Action.CREATE_LOAD not in decision.actions
+    assert Action.CLEANUP_ARMS in decision.actions  # the default cleanup (Always) releases the GPUs
+    assert [d.field for d in decision.status.arm_differences] == ["env.EXTRA"]
+    assert [e.reason for e in decision.events] == ["ArmsDiffer"]
+
+
+def test_arms_that_differ_only_in_speculation_start_the_load_without_a_warning_even_when_strict() -> None:
+    observed = Observed(arms=ready_arms(), arm_pods=differing_pods(env={}))
+    decision = reconcile.decide(subject(analysis={"fairness": "Fail"}), at(Phase.DEPLOYING), observed, T0)
+    assert decision.status.phase is Phase.RUNNING
+    assert decision.status.arm_differences == []
+    assert "ArmsDiffer" not in {c.type for c in decision.status.conditions}
+    assert "ArmsDiffer" not in {e.reason for e in decision.events}
+
+
+def test_arms_not_ready_are_not_compared() -> None:
+    half = ready_arms() | {spec.Arm.TREATMENT: ArmState(exists=True)}
+    observed = Observed(arms=half, arm_pods=differing_pods(env={"EXTRA": "1"}))
+    decision = reconcile.decide(subject(analysis={"fairness": "Fail"}), at(Phase.DEPLOYING), observed, T0)
+    assert decision.status.phase is Phase.DEPLOYING
 
 
 # ------------------------------------------------------------------ faults: a tick that raised

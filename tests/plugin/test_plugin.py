@@ -89,6 +89,17 @@ def test_a_stage_without_an_estimate_shows_n_a() -> None:
     assert plugin.stage_speedups(plugin._status(failed)) == "c1 n/a Inconclusive"
 
 
+def test_describe_names_how_the_arms_pods_differed() -> None:
+    differed = experiment(
+        "x",
+        {"phase": "Running", "armDifferences": [{"field": "env.EXTRA", "treatment": "1"}]},
+    )
+    assert (
+        "Arms differ: env.EXTRA: absent (control) vs 1 (treatment)" in plugin.describe(differed).splitlines()
+    )
+    assert "Arms differ" not in plugin.describe(DONE)
+
+
 def test_describe_shows_the_stages_and_how_to_get_the_report() -> None:
     text = plugin.describe(DONE)
     lines = text.splitlines()

@@ -22,6 +22,7 @@ from specdecode.experiment import breakeven, placement, releases, validation, ve
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
+    ArmDifference,
     ArmHosts,
     ConfirmationStage,
     Degradation,
@@ -367,6 +368,19 @@ def test_degradations_show_in_the_terminal_and_the_report(spec: ExperimentSpec, 
         and "<li>ChatTemplate: Chat template warmup failed</li>" in html
     )
     assert "Speculation degraded" not in render_html(finished[0], records, windows, spec)
+
+
+def test_arm_differences_show_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    found = [ArmDifference(field="env.EXTRA", treatment="1")]
+    status = status.model_copy(update={"arm_differences": found})
+    assert "the arms' pods differ: env.EXTRA: absent (control) vs 1 (treatment)" in terminal_text(status)
+    html = render_html(status, records, windows, spec)
+    assert "<h2>The arms' pods differ</h2>" in html
+    assert "<li>env.EXTRA: absent (control) vs 1 (treatment)</li>" in html
+    assert "The arms' pods differ" not in render_html(finished[0], records, windows, spec)
 
 
 def test_the_confirmation_round_shows_in_the_terminal_and_the_report(

@@ -177,15 +177,17 @@ async def _observe(
     )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
+        hosts = observe.arm_hosts(
+            pods,
+            await _nodes(client, observe.placed_pods(pods).values(), logger),
+            vllm_version=subject.spec.engine.vllm_version,
+        )
         observed = replace(
             observed,
             scraped=await collect.arms_scraped(subject.spec, namespace, name, settings),
-            hosts=observe.arm_hosts(
-                pods,
-                await _nodes(client, observe.placed_pods(pods).values(), logger),
-                vllm_version=subject.spec.engine.vllm_version,
-            ),
+            hosts=hosts,
             degradations=await _degradations(client, namespace, pods) if subject.spec.speculates else [],
+            arm_pods=observe.arm_pods(pods, hosts),
         )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from specdecode.experiment import manifests, reconcile, spec, status
+from specdecode.experiment import fairness, manifests, reconcile, spec, status
 
 GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
 
@@ -222,6 +223,41 @@ def arm_hosts(
         arm: host(pod, nodes.get(str(pod["spec"]["nodeName"])), vllm_version=vllm_version)
         for arm, pod in placed_pods(pods).items()
     }
+
+
+def arm_pod(pod: Mapping[str, Any], host: status.Host | None = None) -> fairness.ArmPod:
+    """What `fairness.differences` compares of one arm's pod: its engine container (named `engine`,
+    else the first) as the API server stored it, its `imageID`, and its node's GPU product (`host`)."""
+    containers: list[Mapping[str, Any]] = list((pod.get("spec") or {}).get("containers") or [])
+    engine = next((c for c in containers if c.get("name") == "engine"), containers[0] if containers else {})
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    image_id = next((s.get("imageID") for s in statuses if s.get("name") == engine.get("name")), None)
+    resources = {
+        f"{kind}.{key}": str(value)
+        for kind in ("requests", "limits")
+        for key, value in ((engine.get("resources") or {}).get(kind) or {}).items()
+    }
+    env = {
+        str(e.get("name")): str(e["value"])
+        if "value" in e
+        else (f"valueFrom {json.dumps(e['valueFrom'], sort_keys=True)}" if "valueFrom" in e else "")
+        for e in engine.get("env") or []
+    }
+    return fairness.ArmPod(
+        pod=str((pod.get("metadata") or {}).get("name", "")),
+        image_id=image_id or None,
+        gpu_product=host.gpu_product if host is not None else None,
+        resources=resources,
+        argv=tuple(str(a) for a in [*(engine.get("command") or []), *(engine.get("args") or [])]),
+        env=env,
+    )
+
+
+def arm_pods(
+    pods: Sequence[Mapping[str, Any]], hosts: Mapping[spec.Arm, status.Host]
+) -> dict[spec.Arm, fairness.ArmPod]:
+    """Each placed arm's pod as `fairness` compares it (`hosts`: from `arm_hosts`)."""
+    return {arm: arm_pod(pod, hosts.get(arm)) for arm, pod in placed_pods(pods).items()}
 
 
 def _of_arm(pods: Sequence[Mapping[str, Any]], arm: spec.Arm) -> list[Mapping[str, Any]]:

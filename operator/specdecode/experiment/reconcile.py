@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import degradations, placement, releases, spec, status
+from specdecode.experiment import degradations, fairness, placement, releases, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
 
 RETRYING = "retrying: "
@@ -175,6 +175,8 @@ class Observed:
     """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
     degradations: list[status.Degradation] | None = None
     """Once both arms are Ready: what the treatment's log says vLLM weakened (None: not read)."""
+    arm_pods: dict[spec.Arm, fairness.ArmPod] = field(default_factory=dict)
+    """Once both arms are Ready: each arm's live pod as `fairness` compares them (empty: not read)."""
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,11 @@ def _deploying(
     if ready and observed.hosts:
         # Where the arms run is known from here on, whatever happens next (it may explain a failure).
         current = current.model_copy(update={"environment": _environment(s, observed)})
+    differ_pods = _arm_differences(observed) if ready else []
+    if differ_pods and s.analysis.fairness is spec.Fairness.FAIL:
+        # Before the load: nothing would be measured but the difference.
+        current = current.model_copy(update={"arm_differences": differ_pods})
+        return _fail(current, subject, now, "ArmsDiffer", fairness.message(differ_pods), observed)
     if ready and observed.scraped is False:
         # Starting the load before Prometheus discovers the arms would lose the first stage's counters.
         if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
@@ -370,7 +377,12 @@ def _deploying(
         found = observed.degradations or []
         entered = _enter(
             current.model_copy(
-                update={"environment": environment, "started_at": _ts(now), "degradations": found}
+                update={
+                    "environment": environment,
+                    "started_at": _ts(now),
+                    "degradations": found,
+                    "arm_differences": differ_pods,
+                }
             ),
             subject,
             Phase.RUNNING,
@@ -385,6 +397,8 @@ def _deploying(
             entered.events.append(Event("Warning", "PlacementDiffers", warning))
         if found:
             entered.events.append(Event("Warning", "SpeculationDegraded", degradations.summary(found)))
+        if differ_pods:
+            entered.events.append(Event("Warning", "ArmsDiffer", fairness.message(differ_pods)))
         return entered
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
@@ -456,7 +470,9 @@ def _analyzing(
             "phase": Phase.COMPLETED,
             "verdict": outcome.verdict,
             "reason": outcome.reason,
-            "message": placement.qualify(outcome.message, environment),
+            "message": fairness.qualify(
+                placement.qualify(outcome.message, environment), current.arm_differences
+            ),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
             "noise_floor": outcome.noise_floor,
@@ -661,6 +677,14 @@ def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
     return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas, pod=pod)
 
 
+def _arm_differences(observed: Observed) -> list[status.ArmDifference]:
+    """How the arms' live pods differ beyond speculation (none while either pod was not read)."""
+    control, treatment = (observed.arm_pods.get(arm) for arm in (spec.Arm.CONTROL, spec.Arm.TREATMENT))
+    if control is None or treatment is None:
+        return []
+    return fairness.differences(control, treatment)
+
+
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
     pods = [pod for arm in spec.Arm for pod in observed.arms.get(arm, ArmState()).pods]
     environment = placement.environment(
@@ -679,7 +703,8 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
 
 def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
     """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted (and
-    SpeculationDegraded while the treatment logged a degradation)."""
+    SpeculationDegraded while the treatment logged a degradation, ArmsDiffer while the arms' pods
+    differed beyond speculation)."""
     reason = st.reason or st.phase.value
     message = st.message or ""
     active = st.phase.is_active
@@ -693,21 +718,31 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
         if st.degradations
         else {}
     )
-    return {
-        "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
-        "Reconciling": (
-            "True" if active else "False",
-            reason if active else "Finished",
-            message if active else "",
-        ),
-        "Stalled": (
-            "True" if failed else "False",
-            reason if failed else "NotStalled",
-            message if failed else "",
-        ),
-        "Completed": ("True" if completed else "False", verdict_reason, message),
-        "Promoted": ("True" if promoted else "False", verdict_reason, message),
-    } | degraded
+    # Likewise only while the arms' pods differed beyond speculation (analysis.fairness).
+    differ = (
+        {"ArmsDiffer": ("True", "ArmsDiffer", fairness.summary(st.arm_differences))}
+        if st.arm_differences
+        else {}
+    )
+    return (
+        {
+            "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
+            "Reconciling": (
+                "True" if active else "False",
+                reason if active else "Finished",
+                message if active else "",
+            ),
+            "Stalled": (
+                "True" if failed else "False",
+                reason if failed else "NotStalled",
+                message if failed else "",
+            ),
+            "Completed": ("True" if completed else "False", verdict_reason, message),
+            "Promoted": ("True" if promoted else "False", verdict_reason, message),
+        }
+        | degraded
+        | differ
+    )
 
 
 def _with_conditions(

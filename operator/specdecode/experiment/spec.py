@@ -799,6 +799,16 @@ class AnalysisMode(StrEnum):
     outputs (`status.noiseFloor`). Always Inconclusive with reason `NoiseFloor`."""
 
 
+class Fairness(StrEnum):
+    """What a difference between the arms' live pods beyond speculation does (issue 18;
+    `experiment/fairness.py`): another image digest, GPU product, resources, args or env."""
+
+    WARN = "Warn"
+    """Measure anyway: a Warning event, the condition ArmsDiffer and `status.armDifferences` name it."""
+    FAIL = "Fail"
+    """Fail with reason ArmsDiffer before the load (the arms are released per `spec.cleanup`)."""
+
+
 class AnalysisSpec(Model):
     """How the verdict is reached."""
 
@@ -838,6 +848,11 @@ class AnalysisSpec(Model):
     stage of that round Fails (stages where the schedule turns speculation off are judged as
     non-inferior, speed-up >= 0.98). `specdecode run --local` only, for now: the operator reports
     the confirmation as not run (NotSupportedByOperator)."""
+
+    fairness: Fairness = Fairness.WARN
+    """`Warn` (default) or `Fail`: what the operator does when, once both arms are Ready, their pods
+    differ in anything but the speculative flags (image digest, node GPU product, resources, args,
+    env). `specdecode run --local` starts both arms from one command line and does not check."""
 
     @field_validator("require_stages")
     @classmethod

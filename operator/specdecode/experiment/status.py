@@ -616,6 +616,17 @@ class Degradation(StatusModel):
     """vLLM's message, from the log line (at most 300 characters)."""
 
 
+class ArmDifference(StatusModel):
+    """One way the arms' live pods differ beyond speculation (`experiment/fairness.py`)."""
+
+    field: str
+    """What differs: `imageID`, `gpuProduct`, `args`, `env.<NAME>` or `resources.<requests|limits>.<name>`."""
+    control: str | None = None
+    """The control's value (absent: the control has none)."""
+    treatment: str | None = None
+    """The treatment's value (absent: the treatment has none)."""
+
+
 class ResultsRef(StatusModel):
     """Where the full per-request results and the report are stored."""
 
@@ -664,6 +675,9 @@ class ExperimentStatus(StatusModel):
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
     degradations: list[Degradation] = Field(default_factory=list)
     """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
+    arm_differences: list[ArmDifference] = Field(default_factory=list)
+    """How the arms' live pods differed beyond speculation once both were Ready, before the load
+    (`analysis.fairness`; condition ArmsDiffer)."""
     search: SearchResult | None = None
     """The break-even search (`workload.search`; `run --local` only): probes, why it stopped, the load."""
     results_ref: ResultsRef | None = None

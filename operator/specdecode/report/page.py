@@ -470,6 +470,18 @@ def render_html(
             + "".join(f"<li>{escape(d.kind)}: {escape(d.message)}</li>" for d in status.degradations)
             + "</ul>"
         )
+    if status.arm_differences:
+        body.append(
+            "<h2>The arms' pods differ</h2><p>Before the load, the arms' live pods differed in more"
+            " than speculation (analysis.fairness): the difference is measured as part of the speed-up."
+            "</p><ul>"
+            + "".join(
+                f"<li>{escape(d.field)}: {escape(d.control or 'absent')} (control) vs "
+                f"{escape(d.treatment or 'absent')} (treatment)</li>"
+                for d in status.arm_differences
+            )
+            + "</ul>"
+        )
     if status.noise_floor is not None:
         body.append(_noise_floor_section(status.noise_floor))
     metric = spec.analysis.primary_metric.value

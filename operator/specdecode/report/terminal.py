@@ -15,7 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import breakeven, confirm, degradations, placement, search
+from specdecode.experiment import breakeven, confirm, degradations, fairness, placement, search
 from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor, StageVerdict
 
 _STYLE = {
@@ -142,6 +142,10 @@ def render_terminal(
     if status.degradations:
         parts.append(
             Text("speculation degraded: " + degradations.summary(status.degradations), style="yellow")
+        )
+    if status.arm_differences:
+        parts.append(
+            Text("the arms' pods differ: " + fairness.summary(status.arm_differences), style="yellow")
         )
     for s in status.stages:
         if s.break_even is not None:
