@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.experiment import status
 
@@ -17,6 +19,8 @@ def completed(estimate: float, *stages: str) -> status.ExperimentStatus:
                     metric="tpot", estimate=estimate, ci_low=estimate - 0.1, ci_high=estimate + 0.1
                 ),
                 verdict=status.StageVerdict.PASS,
+                started_at="2026-12-02T01:00:00.500Z",
+                finished_at="2026-12-02T01:01:00Z",
             )
             for name in stages
         ],
@@ -41,6 +45,8 @@ PER_EXPERIMENT = (
     "specdecode_speedup_ci_low",
     "specdecode_speedup_ci_high",
     "specdecode_stage_verdict",
+    "specdecode_stage_start_time_seconds",
+    "specdecode_stage_end_time_seconds",
 )
 
 
@@ -84,6 +90,7 @@ def test_a_spec_edit_that_drops_the_verdict_drops_its_speedups() -> None:
     for name in ("specdecode_speedup", "specdecode_speedup_ci_low", "specdecode_speedup_ci_high"):
         assert series(metrics, name) == {}, name
     assert series(metrics, "specdecode_stage_verdict") == {}
+    assert series(metrics, "specdecode_stage_start_time_seconds") == {}
     assert one_hot(metrics, "specdecode_experiment_phase", "phase") == "Pending"
     assert one_hot(metrics, "specdecode_experiment_verdict", "verdict") is None
 
@@ -111,6 +118,14 @@ def test_an_experiment_exports_its_phase_verdict_and_each_stage_s_speedup_bounds
         if v
     } == {("low", "Pass"), ("high", "Pass")}
     assert len(series(metrics, "specdecode_stage_verdict")) == 2 * len(status.StageVerdict)
+    start = datetime(2026, 12, 2, 1, 0, 0, 500000, tzinfo=UTC).timestamp()
+    assert {
+        dict(k)["stage"]: v for k, v in series(metrics, "specdecode_stage_start_time_seconds").items()
+    } == {
+        "low": start,
+        "high": start,
+    }
+    assert set(series(metrics, "specdecode_stage_end_time_seconds").values()) == {start + 59.5}
 
 
 def test_a_phase_change_moves_the_one_and_keeps_one_series_per_phase() -> None:

@@ -194,6 +194,7 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
 
     (stage,) = status["stages"]
     assert stage["name"] == "c1"
+    assert stage["startedAt"] < stage["finishedAt"], stage  # the dashboard's stage markers (#18)
     assert stage["verdict"] == ("Pass" if verdict == "Promote" else "Fail")
     # The sequential design looks every 10 pairs of this 80-request stage from FIRST_LOOK on: a 2x
     # slower draft is decided at the first look, a 1.15x faster one at that look or later.

@@ -66,6 +66,8 @@ def test_the_dashboard_covers_latency_and_acceptance_per_arm_and_position_and_th
         "specdecode_speedup",
         "specdecode_speedup_ci_low",
         "specdecode_speedup_ci_high",
+        "specdecode_stage_start_time_seconds",
+        "specdecode_stage_end_time_seconds",
     ):
         assert metric in exprs, metric
     assert "by (specdecode_io_arm" in exprs and "by (position)" in exprs
@@ -76,3 +78,12 @@ def test_substitution_replaces_both_spellings_and_grafana_s_interval_variables()
         dashboard.substitute('rate(x{a="$namespace",b="${experiment}"}[$__rate_interval])', VARIABLES)
         == 'rate(x{a="llm",b="exp"}[5s])'
     )
+
+
+def test_stage_markers_are_annotations_at_the_time_the_operator_exports_in_milliseconds() -> None:
+    markers = [a for a in DOC["annotations"]["list"] if "specdecode_stage_" in a.get("expr", "")]
+    assert {a["name"] for a in markers} == {"Stage starts", "Stage ends"}
+    for a in markers:
+        # Grafana reads the value as the annotation's time, in milliseconds
+        assert a["useValueForTime"] is True and a["expr"].endswith("* 1000"), a["name"]
+        assert a["datasource"] == {"type": "prometheus", "uid": "${datasource}"}

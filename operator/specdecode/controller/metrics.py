@@ -1,5 +1,5 @@
 """The operator's own Prometheus metrics: experiments by phase and verdict, and per experiment its
-phase, verdict and each stage's speed-up (estimate and bounds) and verdict (#18, #23).
+phase, verdict and each stage's speed-up (estimate and bounds), verdict, start and end (#18, #23).
 
 The per-experiment gauges carry `namespace` and `experiment` labels, so a dashboard or an alert
 needs nothing but Prometheus (no reading of the status or the results ConfigMaps). Scrape the
@@ -13,6 +13,8 @@ holds (a spec edit drops the verdict) is removed at once.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -69,6 +71,18 @@ class OperatorMetrics:
             ["namespace", "experiment", "stage", "verdict"],
             registry=self.registry,
         )
+        self.stage_start = Gauge(
+            "specdecode_stage_start_time_seconds",
+            "When the stage's first request was due (Unix seconds): the dashboard's stage markers.",
+            ["namespace", "experiment", "stage"],
+            registry=self.registry,
+        )
+        self.stage_end = Gauge(
+            "specdecode_stage_end_time_seconds",
+            "When the stage's last response finished (Unix seconds).",
+            ["namespace", "experiment", "stage"],
+            registry=self.registry,
+        )
         self.reconcile_errors = Counter(
             "specdecode_reconcile_errors",
             "Reconcile ticks that raised (retried by kopf).",
@@ -115,6 +129,8 @@ class OperatorMetrics:
             self.speedup_ci_low: {},
             self.speedup_ci_high: {},
             self.stage_verdict: {},
+            self.stage_start: {},
+            self.stage_end: {},
         }
         for stage in status.stages:
             stage_labels = (namespace, name, stage.name)
@@ -126,6 +142,9 @@ class OperatorMetrics:
                 ):
                     if value is not None:
                         values[gauge][stage_labels] = value
+            for gauge, moment in ((self.stage_start, stage.started_at), (self.stage_end, stage.finished_at)):
+                if moment is not None:
+                    values[gauge][stage_labels] = datetime.fromisoformat(moment).timestamp()
             if status.verdict is not None:
                 for v in StageVerdict:
                     values[self.stage_verdict][(*stage_labels, v.value)] = float(v is stage.verdict)
