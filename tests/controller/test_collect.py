@@ -15,7 +15,7 @@ import pytest
 
 from specdecode.controller import collect, results
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import reconcile, spec, status, validation
+from specdecode.experiment import reconcile, records, spec, status, validation
 from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document
 from tests.report import synthetic
@@ -177,3 +177,16 @@ def test_a_valid_run_with_prometheus_data_is_judged(prometheus: Callable[[int, b
     assert isinstance(outcome, reconcile.Judgement), outcome
     assert outcome.verdict is status.Verdict.PROMOTE
     assert outcome.results_ref is not None and outcome.results_ref.config_map == "exp-report"
+    # each stage carries its window's wall-clock start and end: the dashboard's stage markers (#18)
+    assert outcome.stages and all(s.started_at and s.finished_at for s in outcome.stages)
+    assert all(s.started_at is not None and s.started_at < str(s.finished_at) for s in outcome.stages)
+
+
+def test_a_stage_gets_its_window_s_wall_clock_times_and_one_without_a_window_none() -> None:
+    anchor = records.RunAnchor(monotonic=100.0, wall=1_796_173_200.0)  # 2026-12-02T01:00:00Z
+    windows = [records.StageWindow(stage="low", start=0.25, end=61.0)]
+    low, high = collect.with_times(
+        [status.StageResult(name="low"), status.StageResult(name="high")], windows, anchor
+    )
+    assert (low.started_at, low.finished_at) == ("2026-12-02T01:00:00.250Z", "2026-12-02T01:01:01.000Z")
+    assert (high.started_at, high.finished_at) == (None, None)

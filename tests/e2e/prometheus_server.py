@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,14 @@ def find_prometheus(bin_dir: Path) -> str:
     return path
 
 
-def scrape_config(api_url: str, ca_file: Path, token_file: Path, interval: str = "1s") -> str:
-    """prometheus.yml (JSON, which is YAML) for pod discovery through the given API server."""
+def scrape_config(
+    api_url: str, ca_file: Path, token_file: Path, interval: str = "1s", static: dict[str, str] | None = None
+) -> str:
+    """prometheus.yml (JSON, which is YAML) for pod discovery through the given API server, plus one
+    job per entry of ``static`` (job name -> host:port), such as an operator run as a local process.
+
+    The static jobs honour the scraped labels: the operator's gauges carry their own ``namespace``.
+    """
     relabel: list[dict[str, Any]] = [
         # keep: managed by the operator, or opted in by annotation
         {
@@ -108,7 +114,11 @@ def scrape_config(api_url: str, ca_file: Path, token_file: Path, interval: str =
                     }
                 ],
                 "relabel_configs": relabel,
-            }
+            },
+            *(
+                {"job_name": job, "honor_labels": True, "static_configs": [{"targets": [target]}]}
+                for job, target in (static or {}).items()
+            ),
         ],
     }
     return json.dumps(config, indent=1)
@@ -125,6 +135,8 @@ class Prometheus:
     url: str = ""
     startup_s: float = 0.0
     _tmp: tempfile.TemporaryDirectory[str] | None = None
+    _token_file: Path | None = None
+    _static: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> str:
         c = self.cluster
@@ -139,7 +151,8 @@ class Prometheus:
         token_file = d / "token"
         token_file.write_text(c.token)
         token_file.chmod(0o600)
-        (d / "prometheus.yml").write_text(scrape_config(c.api_url, c.ca_file, token_file))
+        self._token_file = token_file
+        self._write_config()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         t0 = time.monotonic()
@@ -154,6 +167,24 @@ class Prometheus:
             raise
         self.startup_s = time.monotonic() - t0
         return self.url
+
+    def _write_config(self) -> None:
+        c = self.cluster
+        assert self.workdir is not None and self._token_file is not None and c.ca_file is not None
+        (self.workdir / "prometheus.yml").write_text(
+            scrape_config(c.api_url, c.ca_file, self._token_file, static=self._static)
+        )
+
+    def scrape_static(self, job: str, target: str | None) -> None:
+        """Adds (or, with None, removes) a static scrape job and reloads the configuration."""
+        if target is None:
+            self._static.pop(job, None)
+        else:
+            self._static[job] = target
+        self._write_config()
+        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200, resp.status
 
     def stop(self) -> None:
         if self.component is not None:

@@ -26,6 +26,7 @@ from k8s_cluster import Cluster, free_port, wait_for
 from node_agent import NodeAgent, TcpRelay, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
+from tests.grafana import dashboard
 
 from specdecode.controller import results
 from specdecode.experiment import sequential
@@ -127,6 +128,32 @@ def run_to_the_end(
     )
 
 
+def assert_the_dashboard_shows(prometheus: Prometheus, namespace: str, name: str, since: float) -> None:
+    """Every query of deploy/grafana/specdecode.json (#18), templated on this experiment, returns at
+    least one series with a value over the experiment's run: the vLLM metrics of its arms and the
+    operator's gauges (scraped from the operator's --metrics-port)."""
+    selector = f'namespace="{namespace}",experiment="{name}"'
+
+    def verdict_scraped() -> bool:
+        query = f"specdecode_experiment_verdict{{{selector}}} == 1"
+        return bool(prometheus.api("/api/v1/query", query=query)["result"])
+
+    wait_for("the operator's verdict gauge scraped", verdict_scraped)
+    variables = {"namespace": namespace, "experiment": name}
+    # A step past now: the range's last step then sees the newest sample (the verdict's first scrape
+    # can be newer than the last whole step before now).
+    end = time.time() + 1
+    empty = []
+    for where, expr in dashboard.queries(dashboard.load()):
+        promql = dashboard.substitute(expr, variables)
+        result = prometheus.api(
+            "/api/v1/query_range", query=promql, start=f"{since:.3f}", end=f"{end:.3f}", step="1s"
+        )["result"]
+        if not any(value != "NaN" for series in result for _, value in series["values"]):
+            empty.append(f"{where}: {promql}")
+    assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+
+
 def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> str:
     pods = operator.get("pods", "", "-l", f"specdecode.io/experiment={name}")["items"]
     return "\n".join(node_agent.pod_log(p, lines=30) for p in pods)
@@ -145,8 +172,16 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     name = "exp"
     doc = experiment(name, profile)
     doc["spec"]["analysis"]["confirm"] = True
-    operator.apply(doc)
-    status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+    job = f"operator-{operator.namespace}"
+    prometheus.scrape_static(job, f"127.0.0.1:{operator.metrics_port}")
+    started = time.time()
+    try:
+        operator.apply(doc)
+        status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+        if status.get("phase") == "Completed":
+            assert_the_dashboard_shows(prometheus, operator.namespace, name, started)
+    finally:
+        prometheus.scrape_static(job, None)
     detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
     assert status["phase"] == "Completed", detail
     assert status["verdict"] == verdict, detail
@@ -159,6 +194,7 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
 
     (stage,) = status["stages"]
     assert stage["name"] == "c1"
+    assert stage["startedAt"] < stage["finishedAt"], stage  # the dashboard's stage markers (#18)
     assert stage["verdict"] == ("Pass" if verdict == "Promote" else "Fail")
     # The sequential design looks every 10 pairs of this 80-request stage from FIRST_LOOK on: a 2x
     # slower draft is decided at the first look, a 1.15x faster one at that look or later.

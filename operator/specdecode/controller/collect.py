@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
 from specdecode.controller import observe, prometheus, results
@@ -68,6 +69,24 @@ def parse_results(
     windows = [records.StageWindow.model_validate(w) for w in windows_doc.get("windows", [])]
     summary = json.loads(files.get("loadgen-summary.json") or "{}")
     return recs, anchor, windows, summary
+
+
+def with_times(
+    stages: Sequence[status.StageResult], windows: Sequence[records.StageWindow], anchor: records.RunAnchor
+) -> list[status.StageResult]:
+    """Each stage with its window's wall-clock start and end (RFC 3339), for the dashboard's markers."""
+
+    def rfc3339(monotonic: float) -> str:
+        moment = datetime.fromtimestamp(anchor.wall + monotonic, UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    by_stage = {w.stage: w for w in windows}
+    return [
+        s.model_copy(update={"started_at": rfc3339(w.start), "finished_at": rfc3339(w.end)})
+        if (w := by_stage.get(s.name)) is not None
+        else s
+        for s in stages
+    ]
 
 
 def with_prometheus(
@@ -284,7 +303,7 @@ async def collect(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
         message=message,
-        stages=analysis.stages,
+        stages=with_times(analysis.stages, windows, anchor),
         recommendation=recommendation,
         noise_floor=analysis.noise_floor,
         crossover=checked,
@@ -333,7 +352,7 @@ async def salvage(
     total = len(experiment.workload.stages)
     kept = failed.model_copy(
         update={
-            "stages": [s for s in analysis.stages if s.name in measured],
+            "stages": with_times([s for s in analysis.stages if s.name in measured], windows, anchor),
             "results_ref": status.ResultsRef(config_map=f"{name}-report"),
             "message": (
                 f"{failed.message}; the {len(measured)} of {total} stage(s) measured before that "

@@ -459,6 +459,11 @@ class StageResult(StatusModel):
     """The placement effect and the speed-up without it (only when the crossover ran)."""
     break_even: BreakEven | None = None
     """Failing stages: the acceptance that would have paid at this load, next to the measured one."""
+    started_at: str | None = None
+    """When the stage's first request was due (RFC 3339; set by the operator, which exports it as
+    `specdecode_stage_start_time_seconds` for the dashboard's stage markers)."""
+    finished_at: str | None = None
+    """When the stage's last response finished (RFC 3339; set by the operator)."""
 
 
 class ConfirmationStage(StatusModel):
