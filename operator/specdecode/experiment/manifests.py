@@ -491,7 +491,7 @@ def build_load_job(
         {"name": "results", "emptyDir": {}},
     ]
     dataset = s.workload.dataset
-    if isinstance(dataset, spec.JsonlDataset) and dataset.config_map is not None:
+    if isinstance(dataset, spec.JsonlDataset | spec.TraceDataset) and dataset.config_map is not None:
         ref = dataset.config_map
         mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
         volumes.append(

@@ -733,6 +733,12 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
                 "a jsonl dataset needs exactly one of configMap (in a cluster) or path (local runs)",
             )
         )
+    if isinstance(dataset, spec.TraceDataset) and workload.arrival is not spec.Arrival.POISSON:
+        problems.append(
+            Problem(
+                "spec.workload.arrival", "does not apply to a trace dataset: the trace sets the send times"
+            )
+        )
     if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
         problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
     return problems
