@@ -187,7 +187,7 @@ def bursty(seed: int) -> Trace:
                     line=len(records) + 1,
                     timestamp=round(t, 6),
                     prompt_tokens=min(2048, max(16, round(rng.lognormvariate(math.log(256), 0.6)))),
-                    output_tokens=min(384, max(16, round(rng.lognormvariate(math.log(96), 0.5)))),
+                    output_tokens=min(256, max(16, round(rng.lognormvariate(math.log(64), 0.5)))),
                     session_id=f"burst{burst}",
                 )
             )
