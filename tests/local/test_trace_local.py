@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdecode import cli
+from specdecode import cli, exit_status
 from specdecode.loadgen import plan, trace
 from tests.factories import experiment_document
 
@@ -63,3 +63,26 @@ def test_the_bursty_trace_is_replayed_to_both_arms_on_its_scaled_schedule_to_a_v
         ok = [r for r in mine if r["ok"]]
         assert ok
         assert all(r["completion_tokens"] == bursty.records[r["index"]].output_tokens for r in ok)
+
+
+def test_a_bad_trace_file_is_refused_with_its_line_before_any_arm_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.jsonl").write_text(
+        '{"timestamp": 1, "promptTokens": 5, "outputTokens": 3}\n'
+        '{"timestamp": 0.5, "promptTokens": 5, "outputTokens": 3}\n'
+    )
+    document = experiment_document(
+        model="sim/llama-8b",
+        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
+        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        workload={"dataset": {"type": "trace", "path": "t.jsonl"}, "stages": [{"name": "r2", "rate": 2}]},
+    )
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == exit_status.INVALID
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 't.jsonl'}:2: 'timestamp' 0.5 is before line 1's 1" in err
+    assert "started the control arm" not in err
+    assert not (out / "requests.jsonl").exists()
