@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from specdecode.controller import handlers
+from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import spec, validation
 from specdecode.loadgen import plan, trace, workload
-from tests.factories import ROOT
+from tests.factories import ROOT, experiment_document
 
 EXAMPLE_TRACE = ROOT / "examples" / "trace-replay.jsonl"
 
@@ -213,3 +215,15 @@ def test_a_config_map_trace_is_read_from_the_mounted_dataset_file(tmp_path: Path
     expected = trace.read_trace(EXAMPLE_TRACE.read_text(), source="x")
     slow = next(sp for sp in p.stages if sp.name == "slow")
     assert slow.offsets == pytest.approx(tuple(expected.offsets(40, rate=2.0)))
+
+
+def test_the_operator_refuses_a_trace_by_path_and_runs_one_from_a_config_map_or_builtin() -> None:
+    def subject(dataset: dict[str, Any]) -> Any:
+        wl = {"dataset": dataset, "stages": [{"name": "r2", "rate": 2}]}
+        return handlers._subject("exp", 1, experiment_document(workload=wl), OperatorSettings())
+
+    refused = subject({"type": "trace", "path": "t.jsonl"})
+    assert refused.spec is None
+    assert refused.problems == [f"spec.workload.dataset.path: {validation.TRACE_PATH_LOCAL_ONLY}"]
+    assert subject({"type": "trace", "configMap": {"name": "traces", "key": "t.jsonl"}}).spec is not None
+    assert subject({"type": "trace", "builtin": "bursty"}).spec is not None
