@@ -28,7 +28,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
-DATASET_MOUNT = "/etc/specdecode/dataset"
+#: beside SPEC_MOUNT, not inside it: a mount point inside a read-only ConfigMap volume needs the
+#: runtime to create it there (kubelet does since kubernetes/kubernetes#60342; other runtimes, such as
+#: the e2e node agent, do not: "mount point does not exist")
+DATASET_MOUNT = "/etc/specdecode-dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
 JOB_UID_ENV = "SPECDECODE_JOB_UID"
 """The load pod's Job uid (downward API): the results it writes are owned by that Job."""
