@@ -1,4 +1,4 @@
-"""Fit the simulator's step model to the H200 measurements (shared/reference/h200-vllm-measurements.md).
+"""Fit the simulator's step model to the H200 measurements (benchmarks/h200-vllm-measurements.md).
 
 Runs the scheduler in virtual time (`specdecode.simulator.virtual.closed_loop`) with the reference
 workload (256 prompt tokens, 128 output tokens, k = 4, conditional acceptance 0.8, closed loop at

@@ -184,7 +184,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from specdecode.simulator import options  # argparse + parameter data only; the server loads in _sim
 
-    p = sub.add_parser("sim", help="the vLLM simulator as a server (design.md §6)")
+    p = sub.add_parser("sim", help="the built-in vLLM simulator as a server (an OpenAI-compatible stand-in for vllm serve)")
     options.add_arguments(p)
     p.set_defaults(func=_sim)
 

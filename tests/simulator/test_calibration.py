@@ -1,4 +1,4 @@
-"""The shipped profiles reproduce the H200 measurements (shared/reference/h200-vllm-measurements.md).
+"""The shipped profiles reproduce the H200 measurements (benchmarks/h200-vllm-measurements.md).
 
 Runs the scheduler in virtual time with the reference workload (256 in / 128 out, closed loop,
 k = 4, acceptance 0.8, 24 requests at C <= 4 and 3C above) and compares median TPOT.

@@ -1,7 +1,7 @@
 """Named parameter sets of the vLLM simulator, fitted to real measurements.
 
 Pure data (so validation can check a profile name without importing the simulator). Fitted to
-`shared/reference/h200-vllm-measurements.md`: an 8B-shaped target on one H200, vLLM 0.20, k = 4.
+`benchmarks/h200-vllm-measurements.md`: an 8B-shaped target on one H200, vLLM 0.20, k = 4.
 The step model these parameters feed is described in `specdecode/simulator/scheduler.py`; the fit
 (`benchmarks/simulator/fit.py`) and its residuals are recorded in benchmarks/README.md.
 """
