@@ -110,6 +110,15 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         },
         "a search needs exactly one of concurrency or rate",
     ),
+    "a trace with two sources": (
+        {
+            "workload": {
+                "dataset": {"type": "trace", "builtin": "bursty", "path": "t.jsonl"},
+                "stages": [{"name": "r2", "rate": 2}],
+            }
+        },
+        "a trace dataset needs exactly one of configMap, path or builtin",
+    ),
     "a geometric sweep without steps": (
         {"workload": {"sweep": {"rate": {"from": 1, "to": 8}}}},
         "a geometric sweep needs from, to and steps",
@@ -155,6 +164,25 @@ def test_a_sweep_without_stages_is_accepted_by_the_api_server(
         "-f",
         "-",
         input=json.dumps(experiment("swept", workload=sweep)),
+    )
+    assert "(server dry run)" in res.stdout
+
+
+def test_a_trace_dataset_from_a_config_map_is_accepted_by_the_api_server(
+    cluster: Cluster, crd: Path, namespace: str
+) -> None:
+    workload = {
+        "dataset": {"type": "trace", "configMap": {"name": "traces", "key": "prod.jsonl"}},
+        "stages": [{"name": "r2", "rate": 2}],
+    }
+    res = cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=json.dumps(experiment("traced", workload=workload)),
     )
     assert "(server dry run)" in res.stdout
 

@@ -223,6 +223,41 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert cs["state"]["terminated"]["exitCode"] == 0
 
 
+def test_a_trace_from_a_config_map_is_mounted_into_the_load_job_and_replayed_to_a_verdict(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 17: the load Job reads `workload.dataset: {type: trace, configMap}` from its mount.
+
+    A closed-loop stage sends the trace's requests (its prompt lengths and output lengths) without
+    its timing: an open-loop stage on this shared machine risks the 5 ms schedule-lag budget, and
+    the replay's timing is covered by tests/local/test_trace_local.py."""
+    name = "traced"
+    lines = [
+        {"timestamp": i * 0.1, "promptTokens": 48 + i, "outputTokens": 64, "sessionId": f"s{i % 3}"}
+        for i in range(20)
+    ]
+    operator.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "traces"},
+            "data": {"prod.jsonl": "\n".join(json.dumps(line) for line in lines) + "\n"},
+        }
+    )
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["workload"]["dataset"] = {
+        "type": "trace",
+        "configMap": {"name": "traces", "key": "prod.jsonl"},
+    }
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    assert status["verdict"] == "Promote", detail
+    (stage,) = status["stages"]
+    assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0, detail
+
+
 def test_an_engine_that_keeps_crashing_fails_the_experiment_with_crash_loop_back_off(
     operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
 ) -> None:

@@ -363,6 +363,22 @@ def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
     assert "--dataset-file" in pod["containers"][0]["args"]
 
 
+def test_load_job_mounts_a_trace_from_its_config_map_as_the_dataset_file() -> None:
+    s = experiment(
+        workload={
+            "stages": [{"name": "a", "rate": 1}],
+            "dataset": {"type": "trace", "configMap": {"name": "traces", "key": "prod.jsonl"}},
+        }
+    )
+    pod = manifests.build_load_job("exp", s, SETTINGS)["spec"]["template"]["spec"]
+    assert {
+        "name": "dataset",
+        "configMap": {"name": "traces", "items": [{"key": "prod.jsonl", "path": "prompts.jsonl"}]},
+    } in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--dataset-file") + 1] == f"{manifests.DATASET_MOUNT}/prompts.jsonl"
+
+
 def test_load_rbac_only_writes_config_maps() -> None:
     account, role, binding = manifests.build_load_rbac("exp")
     assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "exp-load"

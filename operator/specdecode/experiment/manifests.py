@@ -28,7 +28,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
-DATASET_MOUNT = "/etc/specdecode/dataset"
+#: beside SPEC_MOUNT, not inside it: a mount point inside a read-only ConfigMap volume needs the
+#: runtime to create it there (kubelet does since kubernetes/kubernetes#60342; other runtimes, such as
+#: the e2e node agent, do not: "mount point does not exist")
+DATASET_MOUNT = "/etc/specdecode-dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
 JOB_UID_ENV = "SPECDECODE_JOB_UID"
 """The load pod's Job uid (downward API): the results it writes are owned by that Job."""
@@ -491,7 +494,7 @@ def build_load_job(
         {"name": "results", "emptyDir": {}},
     ]
     dataset = s.workload.dataset
-    if isinstance(dataset, spec.JsonlDataset) and dataset.config_map is not None:
+    if isinstance(dataset, spec.JsonlDataset | spec.TraceDataset) and dataset.config_map is not None:
         ref = dataset.config_map
         mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
         volumes.append(

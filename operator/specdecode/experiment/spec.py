@@ -388,7 +388,42 @@ class BuiltinDataset(Model):
     """`mixed`: chat, code, summarisation and math prompts (acceptance differs by category)."""
 
 
-Dataset = Annotated[SyntheticDataset | JsonlDataset | BuiltinDataset, Field(discriminator="type")]
+class TraceDataset(Model):
+    """A request trace replayed open loop (issue 17): one JSONL record per request, `{"timestamp":
+    seconds, "prompt": str | "promptTokens": int, "outputTokens": int, "sessionId": str?}`, timestamps
+    non-decreasing. Each open-loop stage replays it from its first record with its gaps scaled so that
+    the stage's mean rate is the stage's `rate` (the same time scale for both arms; the summary
+    records it); a closed-loop stage sends the trace's requests without its timing."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "self.type != 'trace' || (has(self.configMap) ? 1 : 0) + (has(self.path) ? 1 : 0)"
+                " + (has(self.builtin) ? 1 : 0) == 1",
+                "a trace dataset needs exactly one of configMap, path or builtin",
+            )
+        )
+    )
+
+    type: Literal["trace"]
+    """`trace`."""
+    config_map: ConfigMapKeyRef | None = None
+    """The ConfigMap key that holds the JSONL trace (in a cluster)."""
+    path: str | None = Field(default=None, min_length=1)
+    """A local path to the JSONL trace (for `specdecode run --local`; relative to the experiment file)."""
+    builtin: Literal["bursty"] | None = None
+    """`bursty`: a synthetic trace generated from `engine.seed`: bursts of requests with idle gaps between."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TraceDataset:
+        if sum(x is not None for x in (self.config_map, self.path, self.builtin)) != 1:
+            raise ValueError("a trace dataset needs exactly one of configMap, path or builtin")
+        return self
+
+
+Dataset = Annotated[
+    SyntheticDataset | JsonlDataset | BuiltinDataset | TraceDataset, Field(discriminator="type")
+]
 
 
 class Sampling(Model):

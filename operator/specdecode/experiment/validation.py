@@ -733,6 +733,12 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
                 "a jsonl dataset needs exactly one of configMap (in a cluster) or path (local runs)",
             )
         )
+    if isinstance(dataset, spec.TraceDataset) and workload.arrival is not spec.Arrival.POISSON:
+        problems.append(
+            Problem(
+                "spec.workload.arrival", "does not apply to a trace dataset: the trace sets the send times"
+            )
+        )
     if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
         problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
     return problems
@@ -745,11 +751,22 @@ SEARCH_LOCAL_ONLY = (
 )
 
 
+#: why the operator refuses a trace by `path` (issue 17)
+TRACE_PATH_LOCAL_ONLY = (
+    "a trace file path is read by `specdecode run --local` only; in a cluster put the trace in a "
+    "ConfigMap (dataset: {type: trace, configMap: {name, key}}) or use builtin: bursty"
+)
+
+
 def check_operator_support(s: spec.ExperimentSpec) -> list[Problem]:
     """What a valid spec asks that only `run --local` does (the operator fails such a run InvalidSpec)."""
+    problems: list[Problem] = []
     if s.workload.search is not None:
-        return [Problem("spec.workload.search", SEARCH_LOCAL_ONLY)]
-    return []
+        problems.append(Problem("spec.workload.search", SEARCH_LOCAL_ONLY))
+    dataset = s.workload.dataset
+    if isinstance(dataset, spec.TraceDataset) and dataset.path is not None:
+        problems.append(Problem("spec.workload.dataset.path", TRACE_PATH_LOCAL_ONLY))
+    return problems
 
 
 def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> list[Problem]:

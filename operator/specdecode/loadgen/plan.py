@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specdecode.experiment import records, sequential, verdict
 from specdecode.experiment import spec as spec_mod
-from specdecode.loadgen import schedule, workload
+from specdecode.loadgen import schedule, trace, workload
 
 WARMUP = "warmup"
 
@@ -84,6 +84,7 @@ def _stage_requests(
     items: list[workload.Item] | None,
     *,
     name: str,
+    replay: trace.Trace | None = None,
     n: int,
     first: int,
     salt: str,
@@ -91,7 +92,19 @@ def _stage_requests(
     wl = spec.workload
     out: list[workload.PreparedRequest] = []
     for i in range(n):
-        if items is None:
+        if replay is not None:
+            out.append(
+                trace.request(
+                    replay.records[(first + i) % len(replay.records)],
+                    model=spec.served_name,
+                    sampling=wl.sampling,
+                    seed=spec.engine.seed,
+                    salt=salt,
+                    stage=name,
+                    index=i,
+                )
+            )
+        elif items is None:
             assert isinstance(wl.dataset, spec_mod.SyntheticDataset)
             out.append(
                 workload.synthetic_request(
@@ -142,7 +155,12 @@ def plan_from_spec(
     seed = spec.engine.seed
     salt = salt if salt is not None else f"{seed}-{time.time_ns()}"
     items: list[workload.Item] | None = None
-    if not isinstance(wl.dataset, spec_mod.SyntheticDataset):
+    replay: trace.Trace | None = None
+    if isinstance(wl.dataset, spec_mod.TraceDataset):
+        # A trace is replayed in its own order, every stage from its first record (the nonce keeps
+        # the stages' and the warm-up's prompts byte-distinct).
+        replay = trace.load(wl.dataset, base_dir, seed=seed, dataset_file=dataset_file)
+    elif not isinstance(wl.dataset, spec_mod.SyntheticDataset):
         items = workload.load_items(wl.dataset, base_dir, dataset_file)
         random.Random(f"{seed}:order").shuffle(items)
     stages: list[StagePlan] = []
@@ -159,11 +177,12 @@ def plan_from_spec(
                 warmup=True,
                 concurrency=load_before,
                 requests=_stage_requests(
-                    spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt
+                    spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt, replay=replay
                 ),
             )
         )
     first = 0
+    time_scales: dict[str, float] = {}
     for stage in wl.stages:
         if wl.warmup_requests and stage.concurrency is not None and stage.concurrency != load_before:
             name = f"{WARMUP}-{stage.name}"
@@ -173,19 +192,31 @@ def plan_from_spec(
                     warmup=True,
                     concurrency=stage.concurrency,
                     requests=_stage_requests(
-                        spec, warm_items, name=name, n=stage.concurrency, first=0, salt=salt
+                        spec, warm_items, name=name, n=stage.concurrency, first=0, salt=salt, replay=replay
                     ),
                 )
             )
         load_before = stage.concurrency
         n = spec.stage_requests(stage)
-        reqs = _stage_requests(spec, measured_items, name=stage.name, n=n, first=first, salt=salt)
+        reqs = _stage_requests(
+            spec,
+            measured_items,
+            name=stage.name,
+            n=n,
+            first=0 if replay is not None else first,
+            salt=salt,
+            replay=replay,
+        )
         first += n
         looks = sequential.planned_looks(n) if spec.analysis.sequential else ()
         if stage.rate is not None:
-            offs = schedule.offsets(
-                wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name, burstiness=wl.burstiness
-            )
+            if replay is not None:
+                offs = replay.offsets(n, rate=stage.rate)
+                time_scales[stage.name] = round(replay.time_scale(stage.rate), 6)
+            else:
+                offs = schedule.offsets(
+                    wl.arrival.value, stage.rate, n, seed=seed, stage=stage.name, burstiness=wl.burstiness
+                )
             stages.append(
                 StagePlan(name=stage.name, requests=reqs, rate=stage.rate, offsets=tuple(offs), looks=looks)
             )
@@ -194,6 +225,8 @@ def plan_from_spec(
                 StagePlan(name=stage.name, requests=reqs, concurrency=stage.concurrency, looks=looks)
             )
     dataset = wl.dataset.model_dump(by_alias=True, exclude_none=True)
+    if replay is not None:
+        dataset["trace"] = {**replay.describe(), "timeScale": time_scales}
     return Plan(
         stages=tuple(stages),
         seed=seed,
@@ -203,7 +236,7 @@ def plan_from_spec(
         budgets=budgets or Budgets(),
         look_every=look_every,
         description={
-            "arrival": wl.arrival.value,
+            "arrival": "trace" if replay is not None else wl.arrival.value,
             "burstiness": wl.burstiness,
             "dataset": dataset,
             "sampling": wl.sampling.model_dump(by_alias=True),

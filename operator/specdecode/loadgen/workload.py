@@ -6,6 +6,8 @@ Prompt sources (spec.workload.dataset):
 - `jsonl`: one object per line, `{"prompt": str}` (→ /v1/completions) or `{"messages": [...]}`
   (→ /v1/chat/completions), optional `category` and `id`.
 - `builtin` `mixed`: `data/mixed.jsonl` shipped in the package (chat, code, summarisation, math).
+- `trace`: a request trace (`trace.py`): prompts or prompt lengths, output lengths and the send
+  times of open-loop stages.
 
 Invariants:
 - Every request's prompt starts with a nonce unique to (salt, stage, index): no two requests of a

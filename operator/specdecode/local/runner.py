@@ -62,7 +62,7 @@ from specdecode.experiment import (
 )
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner
+from specdecode.loadgen import runner, workload
 from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
 
@@ -114,6 +114,13 @@ def run(path: Path, options: Options) -> int:
         return exit_status.INVALID
     if (options.control_url is None) != (options.treatment_url is None):
         console.print("give both --control-url and --treatment-url, or neither", markup=False)
+        return exit_status.INVALID
+    try:  # a bad prompt file or trace is invalid input: say so before any arm starts
+        plan_mod.plan_from_spec(
+            experiment.spec, experiment.source.parent if experiment.source else Path.cwd(), salt="check"
+        )
+    except workload.DatasetError as exc:
+        console.print(str(exc), markup=False, highlight=False)
         return exit_status.INVALID
     out = options.out
     exit_status.prepare_results_directory(out)  # before any arm starts (ResultsUnwritable: exit 3)
