@@ -51,6 +51,7 @@ from specdecode.experiment import (
     crossover,
     degradations,
     documents,
+    kvcache,
     placement,
     records,
     releases,
@@ -848,7 +849,8 @@ class _Run:
 def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> status.Host:
     """An arm's host: this machine when it runs here (started here, or on loopback), else its URL's host.
 
-    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`.
+    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`; the KV-cache
+    capacity from `/metrics` (`vllm:cache_config_info`).
     """
     here = arm.process is not None or (urlsplit(arm.url).hostname or "") in _LOOPBACK
     host = hosts.this_host(gpus) if here else status.Host(node=urlsplit(arm.url).hostname)
@@ -859,6 +861,11 @@ def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> statu
         answer = client.get(f"{arm.url}/sim/host")
         if answer.status_code == 200:
             facts["speed_factor"] = float(answer.json()["speedFactor"])
+    with contextlib.suppress(httpx.HTTPError):
+        answer = client.get(f"{arm.url}/metrics")
+        capacity = kvcache.from_metrics(answer.text) if answer.status_code == 200 else None
+        if capacity is not None:
+            facts["kv_cache_tokens"] = capacity.tokens
     return host.model_copy(update=facts)
 
 
