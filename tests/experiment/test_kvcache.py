@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdecode.experiment import kvcache
+from specdecode.experiment import kvcache, spec, status
 
 # vLLM 0.33's /metrics: the info gauge's labels are CacheConfig fields (no model_name), value 1.
 METRICS = """\
@@ -63,3 +63,53 @@ def test_draft_share_is_the_capacity_the_treatment_lacks() -> None:
     control = kvcache.KVCapacity(tokens=100_000, block_size=16)
     assert kvcache.draft_share(control, kvcache.KVCapacity(tokens=77_000)) == pytest.approx(0.23)
     assert kvcache.draft_share(control, kvcache.KVCapacity(tokens=120_000)) == 0.0
+
+
+def hosts(control: int | None, treatment: int | None, held: tuple[int, int] | None) -> status.ArmHosts:
+    c, t = held if held is not None else (None, None)
+    return status.ArmHosts(
+        control=status.Host(kv_cache_tokens=control, max_concurrency=c),
+        treatment=status.Host(kv_cache_tokens=treatment, max_concurrency=t),
+    )
+
+
+def stage(name: str, verdict: status.StageVerdict, batch: float) -> status.StageResult:
+    return status.StageResult(name=name, verdict=verdict, batch_size=batch)
+
+
+def test_summary_words_the_share_and_what_each_arm_holds() -> None:
+    lines = kvcache.summary(hosts(100_000, 77_000, (781, 601)), [])
+    assert lines == [
+        "memory: the draft takes 23% of the KV cache (77,000 of 100,000 tokens): the treatment holds "
+        "at most 601 running requests of this workload's length (control 781)"
+    ]
+    assert kvcache.summary(hosts(100_000, 77_000, None), []) == [
+        "memory: the draft takes 23% of the KV cache (77,000 of 100,000 tokens)"
+    ]
+    assert kvcache.summary(hosts(None, 77_000, None), []) == []
+    assert kvcache.summary(None, []) == []
+
+
+def test_a_failing_stage_beyond_the_treatments_capacity_names_the_draft_as_the_likely_cause() -> None:
+    stages = [
+        stage("c512", status.StageVerdict.PASS, 700),  # beyond, but not a loss
+        stage("c600", status.StageVerdict.FAIL, 600),  # a loss within the capacity: not this cause
+        stage("c700", status.StageVerdict.FAIL, 700),
+    ]
+    lines = kvcache.summary(hosts(100_000, 77_000, (781, 601)), stages)
+    assert lines[1:] == [
+        "stage c700: about 700 running requests exceed the 601 the treatment's KV cache holds "
+        "(control 781): the capacity the draft takes is the likely cause of the loss"
+    ]
+
+
+def test_request_tokens_are_known_for_synthetic_prompts_only() -> None:
+    synthetic = spec.WorkloadSpec.model_validate(
+        {
+            "dataset": {"type": "synthetic", "inputTokens": 100, "outputTokens": 28},
+            "stages": [{"name": "a", "concurrency": 1}],
+        }
+    )
+    assert kvcache.request_tokens(synthetic) == 128
+    jsonl = synthetic.model_copy(update={"dataset": spec.JsonlDataset(type="jsonl", path="p.jsonl")})
+    assert kvcache.request_tokens(jsonl) is None

@@ -76,6 +76,8 @@ def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     env = status["environment"]["arms"]
     assert env["control"]["kvCacheTokens"] == 500_000
     assert env["treatment"]["kvCacheTokens"] == 464_992  # 465,000 tokens -> 29,062 blocks of 16
+    # 64 + 64 tokens a request: 8 blocks each.
+    assert (env["control"]["maxConcurrency"], env["treatment"]["maxConcurrency"]) == (3906, 3632)
 
 
 def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counters(tmp_path: Path) -> None:

@@ -11,14 +11,18 @@ shared/reference/vllm-0.33-facts.md §3):
 
 `max_concurrency` turns a capacity into the largest batch of requests of a given length
 (prompt + output tokens) that fits at once, rounding each request up to whole blocks as vLLM
-allocates them.
+allocates them. `summary` words the draft's cost for the report (status fields read:
+`environment.arms.<arm>.kvCacheTokens`, `.maxConcurrency`; the stages' verdict and batch size).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from specdecode.experiment import spec, status
 
 CACHE_CONFIG_METRIC = "vllm:cache_config_info"
 
@@ -81,3 +85,46 @@ def draft_share(control: KVCapacity, treatment: KVCapacity) -> float:
     if control.tokens <= 0:
         raise ValueError("control capacity must be positive")
     return max(0.0, 1.0 - treatment.tokens / control.tokens)
+
+
+def request_tokens(workload: spec.WorkloadSpec) -> int | None:
+    """Tokens one request of the workload holds at its end (prompt + output), when the spec fixes
+    them (a synthetic dataset); None for prompts of varying length."""
+    dataset = workload.dataset
+    if isinstance(dataset, spec.SyntheticDataset):
+        return dataset.input_tokens + dataset.output_tokens
+    return None
+
+
+def summary(hosts: status.ArmHosts | None, stages: Sequence[status.StageResult]) -> list[str]:
+    """The draft's memory cost in words: one line when both arms' capacities are known, plus one per
+    failing stage whose running requests exceed what the treatment's KV cache holds."""
+    control = hosts.control if hosts is not None else None
+    treatment = hosts.treatment if hosts is not None else None
+    if (
+        control is None
+        or treatment is None
+        or not control.kv_cache_tokens
+        or treatment.kv_cache_tokens is None
+    ):
+        return []
+    share = draft_share(KVCapacity(control.kv_cache_tokens), KVCapacity(treatment.kv_cache_tokens))
+    line = (
+        f"memory: the draft takes {share:.0%} of the KV cache "
+        f"({treatment.kv_cache_tokens:,} of {control.kv_cache_tokens:,} tokens)"
+    )
+    held, control_held = treatment.max_concurrency, control.max_concurrency
+    if held is None or control_held is None:
+        return [line]
+    lines = [
+        f"{line}: the treatment holds at most {held:,} running requests of this workload's length "
+        f"(control {control_held:,})"
+    ]
+    for s in stages:
+        if s.verdict == status.StageVerdict.FAIL and s.batch_size is not None and s.batch_size > held:
+            lines.append(
+                f"stage {s.name}: about {s.batch_size:.0f} running requests exceed the {held:,} the "
+                f"treatment's KV cache holds (control {control_held:,}): the capacity the draft takes "
+                "is the likely cause of the loss"
+            )
+    return lines
