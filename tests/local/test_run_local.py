@@ -72,6 +72,12 @@ def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     lines = (out / "requests.jsonl").read_text().splitlines()
     arms = {json.loads(line)["arm"] for line in lines}
     assert arms == {"control", "treatment"}
+    # The KV cache each arm reports in `vllm:cache_config_info`: the tiny draft takes 7% of it.
+    env = status["environment"]["arms"]
+    assert env["control"]["kvCacheTokens"] == 500_000
+    assert env["treatment"]["kvCacheTokens"] == 464_992  # 465,000 tokens -> 29,062 blocks of 16
+    # 64 + 64 tokens a request: 8 blocks each.
+    assert (env["control"]["maxConcurrency"], env["treatment"]["maxConcurrency"]) == (3906, 3632)
 
 
 def test_a_release_without_per_request_metrics_takes_acceptance_from_the_counters(tmp_path: Path) -> None:

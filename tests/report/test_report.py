@@ -11,6 +11,7 @@ import pty
 import re
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 from typing import TypeAlias
 
@@ -495,3 +496,23 @@ def test_plots_have_round_ticks_legends_clear_of_the_curves_and_a_large_speed_up
     assert len(ticks) >= 3 and min(ticks) >= 1000, ticks
     for tick in ticks:  # 1, 1.5, 2, 3, 5 or 7 times a power of ten
         assert round(tick / 10 ** math.floor(math.log10(tick)), 6) in {1, 1.5, 2, 3, 5, 7}, ticks
+
+
+def test_terminal_and_report_say_what_the_draft_takes_of_the_kv_cache_and_blame_it_for_a_loss_beyond_it(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    failing = next(s for s in status.stages if s.verdict == StageVerdict.FAIL)
+    stages = [s.model_copy(update={"batch_size": 700.0}) if s is failing else s for s in status.stages]
+    arms = ArmHosts(
+        control=Host(kv_cache_tokens=100_000, max_concurrency=781),
+        treatment=Host(kv_cache_tokens=77_000, max_concurrency=601),
+    )
+    measured = status.model_copy(update={"environment": Environment(arms=arms), "stages": stages})
+    text = terminal_text(measured)
+    assert "memory: the draft takes 23% of the KV cache (77,000 of 100,000 tokens)" in text
+    assert f"stage {failing.name}: about 700 running requests exceed the 601" in text
+    assert "memory:" not in terminal_text(status)
+    html = render_html(measured, records, windows, spec)
+    assert "<p>memory: the draft takes 23% of the KV cache (77,000 of 100,000 tokens)" in html
+    assert f"<p>stage {escape(failing.name)}: about 700 running requests exceed the 601" in html

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from specdecode.experiment import kvcache
+
 from .conftest import FAST, SPEC, Sim, StartSim, wait_healthy
 
 CHAT = {
@@ -394,7 +396,10 @@ def test_metric_names_types_and_labels_conform_to_vllm_0_33(start_sim: StartSim)
         assert set(fams) >= READ_BY_EXPERIMENTS
         assert (set(fams) >= SPEC_METRICS) if spec else not (SPEC_METRICS & set(fams))
         for line in text.splitlines():
-            if line.startswith("vllm:"):
+            if line.startswith("vllm:cache_config_info{"):
+                # An info gauge of CacheConfig fields: `engine` but no `model_name`, as in vLLM.
+                assert 'engine="0"' in line and "model_name" not in line, line
+            elif line.startswith("vllm:"):
                 assert 'model_name="m",engine="0"' in line, line
         le = re.findall(r'^vllm:time_to_first_token_seconds_bucket\{[^}]*le="([^"]+)"\}', text, flags=re.M)
         assert le == TTFT_LE
@@ -481,3 +486,20 @@ def test_without_ignore_eos_the_output_stops_at_a_deterministic_eos(start_sim: S
 def test_the_simulated_host_reports_its_speed_factor(start_sim: StartSim) -> None:
     status, _, body = start_sim(*FAST, "--speed-factor", "1.1").request("GET", "/sim/host")
     assert (status, json.loads(body)) == (200, {"speedFactor": 1.1})
+
+
+def test_kv_cache_capacity_is_exposed_and_logged_as_vllm_does_and_the_draft_takes_its_share(
+    start_sim: StartSim,
+) -> None:
+    profile = ("--profile", "h200-8b-draft-1b", "--kv-cache-tokens", "100000", "--max-model-len", "4096")
+    control = start_sim(*FAST, *profile)
+    treatment = start_sim(*FAST, *profile, "--speculative-config", SPEC)
+    control_cap = kvcache.from_metrics(control.metrics())
+    treatment_cap = kvcache.from_metrics(treatment.metrics())
+    assert control_cap == kvcache.KVCapacity(tokens=100_000, block_size=16)  # 6,250 blocks of 16
+    assert treatment_cap == kvcache.KVCapacity(tokens=76_992, block_size=16)  # 77,000 -> 4,812 blocks
+    assert re.search(r'^vllm:cache_config_info\{.*num_gpu_blocks="6250".*\} 1\.0$', control.metrics(), re.M)
+    line = "GPU KV cache size: 100,000 tokens, Maximum concurrency for 4,096 tokens per request: 24.41x"
+    assert line in control.log.read_text()
+    assert kvcache.from_log(treatment.log.read_text()) == kvcache.KVCapacity(tokens=76_992)
+    assert kvcache.draft_share(control_cap, treatment_cap) == pytest.approx(0.23, abs=0.001)

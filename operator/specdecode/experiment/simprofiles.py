@@ -29,7 +29,11 @@ class SimParams:
     max_num_batched_tokens: int = 8192
     """Token budget of one step (vLLM's flag of the same name); prompts are prefilled in chunks."""
     kv_cache_tokens: int = 500_000
-    """KV-cache capacity in tokens, only for `vllm:kv_cache_usage_perc` (no preemption is modelled)."""
+    """The target's KV-cache capacity in tokens (control arm), for `vllm:kv_cache_usage_perc`,
+    `vllm:cache_config_info` and the start-up log line (no preemption is modelled)."""
+    draft_kv_share: float = 0.0
+    """Fraction of that capacity the draft takes in the treatment (its weights and its own KV per
+    token): the treatment's capacity is `kv_cache_tokens x (1 - draft_kv_share)` (issue #18)."""
     acceptance_rate: float = 0.8
     """Per-position conditional acceptance probability of a draft token (treatment)."""
     draft_cost_ratio: float = 0.1
@@ -43,6 +47,11 @@ class SimParams:
     a random position: real servers are not bitwise reproducible across batch compositions."""
     error_rate: float = 0.0
     """Fraction of requests answered with an error (fault injection)."""
+
+    def kv_capacity_tokens(self, *, speculative: bool) -> int:
+        """KV-cache tokens of an arm: the whole pool without a draft, less the draft's share with one."""
+        share = self.draft_kv_share if speculative else 0.0
+        return round(self.kv_cache_tokens * (1.0 - share))
 
     def with_overrides(self, overrides: dict[str, float | int]) -> SimParams:
         """A copy with some parameters replaced (unknown names raise TypeError)."""
@@ -70,9 +79,13 @@ PROFILES: dict[str, SimParams] = {
     # Fitted by benchmarks/simulator/fit.py (residuals in benchmarks/README.md). The target's
     # decode_step_ms, batch_token_ms and prefill_token_ms are shared (the defaults above).
     # 16-layer draft: a pass costs 6.2 ms + 0.1 x the target step (about 6.7 ms at batch 1).
-    "h200-8b-draft-1b": SimParams(draft_cost_ratio=0.1, draft_fixed_ms=6.2),
+    # draft_kv_share is an estimate from the shapes, not a measurement: the target's KV costs 128 KiB
+    # a token (32 layers x 8 KV heads x 128 x K,V x bf16), the 1B draft's 32 KiB more (16 x 8 x 64),
+    # and its 2.5 GB of weights come out of the same pool: 1 - 128/160 plus ~3% = 0.23.
+    "h200-8b-draft-1b": SimParams(draft_cost_ratio=0.1, draft_fixed_ms=6.2, draft_kv_share=0.23),
     # 2-layer draft: a pass costs 0.8 ms + 0.3 x the target step (about 2.2 ms at batch 1).
-    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.3, draft_fixed_ms=0.8),
+    # Estimated as above: 2 target-shaped layers add 8 KiB a token (1 - 128/136) plus ~0.5 GB of weights.
+    "h200-8b-draft-tiny": SimParams(draft_cost_ratio=0.3, draft_fixed_ms=0.8, draft_kv_share=0.07),
 }
 
 DEFAULT_PROFILE = "h200-8b-draft-tiny"

@@ -157,6 +157,12 @@ class Host(StatusModel):
     """The engine's version (`/version`, or the declared `engine.vllmVersion`)."""
     speed_factor: float | None = None
     """Simulator only: the simulated host's speed factor (1 = nominal, 1.1 = every step 10% slower)."""
+    kv_cache_tokens: int | None = None
+    """The arm's KV-cache capacity in tokens (`vllm:cache_config_info`: num_gpu_blocks x block_size);
+    the treatment's is smaller by what the draft takes (issue #18)."""
+    max_concurrency: int | None = None
+    """Requests of the workload's length (a synthetic dataset's inputTokens + outputTokens) the arm's
+    KV cache holds at once, each rounded up to whole blocks; unknown for prompts of varying length."""
 
 
 class ArmHosts(StatusModel):

@@ -51,6 +51,7 @@ from specdecode.experiment import (
     crossover,
     degradations,
     documents,
+    kvcache,
     placement,
     records,
     releases,
@@ -826,7 +827,12 @@ class _Run:
         with httpx.Client(timeout=2.0) as client:
             for arm, state in arms.arms.items():
                 if arm not in self.hosts and state.exit_code() is None:
-                    self.hosts[arm] = _arm_host(client, state, gpus.get(arm))
+                    self.hosts[arm] = _arm_host(
+                        client,
+                        state,
+                        gpus.get(arm),
+                        request_tokens=kvcache.request_tokens(self.spec.workload),
+                    )
         # No image runs here: the engine is the command that started the arm (none for --control-url).
         control = arms.arms.get(spec.Arm.CONTROL)
         environment = placement.environment(
@@ -845,10 +851,13 @@ class _Run:
             self.view.message(f"warning: {warning}")
 
 
-def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> status.Host:
+def _arm_host(
+    client: httpx.Client, arm: engines.Arm, gpus: str | None, *, request_tokens: int | None = None
+) -> status.Host:
     """An arm's host: this machine when it runs here (started here, or on loopback), else its URL's host.
 
-    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`.
+    The engine's version comes from `/version`; a simulator's speed factor from `/sim/host`; the KV-cache
+    capacity from `/metrics` (`vllm:cache_config_info`), with the requests of `request_tokens` it holds.
     """
     here = arm.process is not None or (urlsplit(arm.url).hostname or "") in _LOOPBACK
     host = hosts.this_host(gpus) if here else status.Host(node=urlsplit(arm.url).hostname)
@@ -859,6 +868,13 @@ def _arm_host(client: httpx.Client, arm: engines.Arm, gpus: str | None) -> statu
         answer = client.get(f"{arm.url}/sim/host")
         if answer.status_code == 200:
             facts["speed_factor"] = float(answer.json()["speedFactor"])
+    with contextlib.suppress(httpx.HTTPError):
+        answer = client.get(f"{arm.url}/metrics")
+        capacity = kvcache.from_metrics(answer.text) if answer.status_code == 200 else None
+        if capacity is not None:
+            facts["kv_cache_tokens"] = capacity.tokens
+            if request_tokens is not None:
+                facts["max_concurrency"] = capacity.max_concurrency(request_tokens)
     return host.model_copy(update=facts)
 
 

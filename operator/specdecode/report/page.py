@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from specdecode.experiment import breakeven, confirm, placement, search
+from specdecode.experiment import breakeven, confirm, kvcache, placement, search
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -338,6 +338,8 @@ def _hosts_section(status: ExperimentStatus) -> str:
     )
     warning = placement.warning(env)
     note = f"<p><b>Placement:</b> {escape(warning)}</p>" if warning else ""
+    # The draft's memory cost (issue #18): its share of the KV cache, and a loss it likely explains.
+    note += "".join(f"<p>{escape(line)}</p>" for line in kvcache.summary(env.arms, status.stages))
     return (
         note
         + "<table><tr><th class=l>host</th><th class=l>control</th><th class=l>treatment</th><th></th></tr>"

@@ -15,7 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import breakeven, confirm, degradations, fairness, placement, search
+from specdecode.experiment import breakeven, confirm, degradations, fairness, kvcache, placement, search
 from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor, StageVerdict
 
 _STYLE = {
@@ -161,6 +161,11 @@ def render_terminal(
             Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
         )
 
+    if env is not None:
+        parts.extend(
+            Text(line, style="yellow" if "likely cause" in line else "")
+            for line in kvcache.summary(env.arms, status.stages)
+        )
     if env is not None and env.arms is not None:
         where = {
             arm: host.node

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 
 CONTENT_TYPE = b"text/plain; version=1.0.0; charset=utf-8"
 
+BLOCK_SIZE = 16
+"""Tokens per KV-cache block: vLLM's default on CUDA (`--block-size` is accepted and ignored)."""
+
 TTFT_BUCKETS = (
     0.001,
     0.005,
@@ -137,9 +140,20 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 class EngineMetrics:
     """The engine's counters, gauges and histograms; the scheduler updates them, `/metrics` renders them."""
 
-    def __init__(self, *, model_name: str, num_spec_tokens: int, max_model_len: int = 2048) -> None:
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        num_spec_tokens: int,
+        max_model_len: int = 2048,
+        kv_cache_tokens: int = 0,
+        prefix_caching: bool = False,
+    ) -> None:
         self.model_name = model_name
         self.k = num_spec_tokens
+        self.num_gpu_blocks = kv_cache_tokens // BLOCK_SIZE
+        """KV-cache blocks of this arm, as `vllm:cache_config_info{num_gpu_blocks}` (0: not exposed)."""
+        self.prefix_caching = prefix_caching
         # gauges
         self.running = 0
         self.waiting = 0
@@ -171,6 +185,14 @@ class EngineMetrics:
         self.request_max_tokens = Histogram(tokens)
         self.iteration_tokens = Histogram(ITERATION_TOKEN_BUCKETS)
 
+    def kv_cache_log_line(self, max_model_len: int) -> str:
+        """The start-up line vLLM 0.33 logs once (`vllm/v1/core/kv_cache_utils.py`)."""
+        tokens = self.num_gpu_blocks * BLOCK_SIZE
+        return (
+            f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_model_len:,} "
+            f"tokens per request: {tokens / max_model_len:.2f}x"
+        )
+
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         lab = f'model_name="{self.model_name}",engine="0"'
@@ -198,6 +220,15 @@ class EngineMetrics:
         out.append(f'vllm:num_requests_waiting_by_reason{{{lab},reason="capacity"}} {_num(self.waiting)}')
         out.append(f'vllm:num_requests_waiting_by_reason{{{lab},reason="deferred"}} 0.0')
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_cache_usage)
+        if self.num_gpu_blocks:
+            # An info gauge: the CacheConfig fields as labels, no model_name (vLLM's `log_metrics_info`).
+            head("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
+            out.append(
+                f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",cache_dtype="auto",'
+                f'enable_prefix_caching="{self.prefix_caching}",engine="0",'
+                f'gpu_memory_utilization="0.9",num_cpu_blocks="None",'
+                f'num_gpu_blocks="{self.num_gpu_blocks}",num_gpu_blocks_override="None"}} 1.0'
+            )
         counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions)
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
         head("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.")

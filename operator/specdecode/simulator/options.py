@@ -120,6 +120,7 @@ PARAM_FLAGS: dict[str, type] = {
     "max_num_seqs": int,
     "max_num_batched_tokens": int,
     "kv_cache_tokens": int,
+    "draft_kv_share": float,
     "acceptance_rate": float,
     "draft_cost_ratio": float,
     "draft_fixed_ms": float,

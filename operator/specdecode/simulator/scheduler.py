@@ -167,6 +167,7 @@ class Scheduler:
         self.params = params
         self.spec = spec
         self.k = spec.k if spec else 0
+        self._kv_tokens = max(1, params.kv_capacity_tokens(speculative=spec is not None))
         self.metrics = metrics
         self.prefix_caching = prefix_caching
         self.waiting: deque[Sequence] = deque()
@@ -333,7 +334,7 @@ class Scheduler:
             self.running = [s for s in self.running if s.finished_at is None]
         m.running = len(self.running)
         used = sum(s.prefilled + s.generated for s in self.running)
-        m.kv_cache_usage = min(1.0, used / self.params.kv_cache_tokens)
+        m.kv_cache_usage = min(1.0, used / self._kv_tokens)
 
     def _observe_finished(self, seq: Sequence, reason: str) -> None:
         m = self.metrics

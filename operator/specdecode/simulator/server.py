@@ -41,7 +41,11 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
     loop = asyncio.get_running_loop()
     k = opts.spec.k if opts.spec else 0
     metrics = EngineMetrics(
-        model_name=opts.served_model_name, num_spec_tokens=k, max_model_len=opts.max_model_len
+        model_name=opts.served_model_name,
+        num_spec_tokens=k,
+        max_model_len=opts.max_model_len,
+        kv_cache_tokens=opts.params.kv_capacity_tokens(speculative=opts.spec is not None),
+        prefix_caching=opts.prefix_caching,
     )
     sched = Scheduler(
         opts.params, opts.spec, seed=opts.seed, metrics=metrics, prefix_caching=opts.prefix_caching
@@ -81,6 +85,7 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
     )
     if opts.ignored:
         log.info("ignored vLLM flags: %s", " ".join(opts.ignored))
+    log.info("%s", metrics.kv_cache_log_line(opts.max_model_len))
     for kind in opts.degradations:
         # The very line real vLLM logs (`experiment/degradations.py`), as a warning of ours.
         log.warning("%s", degradations.EXAMPLES[degradations.Kind(kind)])
