@@ -21,8 +21,11 @@ from pydantic.alias_generators import to_camel
 
 from specdecode.experiment import releases, spec, status
 
-#: The `status.Host` fields compared between the arms.
-COMPARED: tuple[str, ...] = tuple(name for name in status.Host.model_fields if name != "gpu_uuids")
+#: The `status.Host` fields compared between the arms: facts of the host, not of the arm's engine (GPU
+#: UUIDs differ whenever the arms have their own GPUs; the KV-cache capacity differs by design: the draft
+#: takes a share of the treatment's).
+NOT_COMPARED = frozenset({"gpu_uuids", "kv_cache_tokens", "max_concurrency"})
+COMPARED: tuple[str, ...] = tuple(name for name in status.Host.model_fields if name not in NOT_COMPARED)
 
 
 def differences(hosts: status.ArmHosts) -> list[str]:
