@@ -37,6 +37,8 @@ def test_each_stage_sends_its_own_lengths_to_both_arms(tmp_path: Path) -> None:
     status = json.loads((out / "result.json").read_text())
     assert status["phase"] == "Completed", status["message"]
     assert [s["name"] for s in status["stages"]] == ["short-c1", "long-c4"]
+    # two lengths measured: the recommendation has a row per length
+    assert [r["inputTokens"] for r in status["recommendation"]["byInputLength"]] == [64, 1024]
     tokens: dict[tuple[str, str], set[tuple[int, int]]] = defaultdict(set)
     for line in (out / "requests.jsonl").read_text().splitlines():
         r = json.loads(line)

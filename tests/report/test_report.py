@@ -30,6 +30,7 @@ from specdecode.experiment.status import (
     ExperimentStatus,
     GuardrailResult,
     Host,
+    LengthRecommendation,
     Speedup,
     StageVerdict,
 )
@@ -495,3 +496,33 @@ def test_plots_have_round_ticks_legends_clear_of_the_curves_and_a_large_speed_up
     assert len(ticks) >= 3 and min(ticks) >= 1000, ticks
     for tick in ticks:  # 1, 1.5, 2, 3, 5 or 7 times a power of ten
         assert round(tick / 10 ** math.floor(math.log10(tick)), 6) in {1, 1.5, 2, 3, 5, 7}, ticks
+
+
+def test_the_recommendation_by_input_length_shows_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    assert status.recommendation is not None
+    by_length = [
+        LengthRecommendation(
+            input_tokens=256,
+            beneficial_up_to="short-c8",
+            num_speculative_tokens_per_batch_size=[[1, 8, 5], [9, 4096, 0]],
+            note="passes up to short-c8",
+        ),
+        LengthRecommendation(
+            input_tokens=2048, note="speculation did not pass at the lowest load (long-c1); leave it off"
+        ),
+    ]
+    status = status.model_copy(
+        update={"recommendation": status.recommendation.model_copy(update={"by_input_length": by_length})}
+    )
+    text = terminal_text(status)
+    assert (
+        "inputTokens 256: passes up to short-c8; num_speculative_tokens_per_batch_size=[[1, 8, 5], [9, 4096, 0]]"
+        in text
+    )
+    assert "inputTokens 2048: speculation did not pass at the lowest load (long-c1); leave it off" in text
+    html = render_html(status, records, windows, spec)
+    assert "<tr><td>256</td><td class=l>short-c8</td><td class=l>[[1, 8, 5], [9, 4096, 0]]</td>" in html
+    assert "<tr><td>2048</td><td class=l>–</td><td class=l>–</td>" in html
