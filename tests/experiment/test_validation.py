@@ -305,6 +305,19 @@ def test_tensor_parallel_needs_as_many_gpus() -> None:
     ]
 
 
+def test_per_stage_lengths_need_a_synthetic_dataset_and_name_the_field() -> None:
+    stages = [
+        {"name": "short", "rate": 1, "inputTokens": 128},
+        {"name": "long", "rate": 1, "outputTokens": 64},
+    ]
+    assert problems(workload={"stages": stages, "dataset": {"type": "synthetic"}}) == []
+    found = problems(workload={"stages": stages, "dataset": {"type": "builtin"}})
+    assert found == [
+        "spec.workload.stages[0].inputTokens: only applies to a synthetic dataset (dataset.type is builtin)",
+        "spec.workload.stages[1].outputTokens: only applies to a synthetic dataset (dataset.type is builtin)",
+    ]
+
+
 def test_stages_need_exactly_one_load_and_unique_names() -> None:
     found = problems(
         workload={

@@ -14,7 +14,7 @@ from scipy import stats
 from specdecode.experiment import sequential, validation, verdict
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ExperimentStatus, Phase, StageVerdict, Verdict
+from specdecode.experiment.status import ExperimentStatus, Phase, StageResult, StageVerdict, Verdict
 from tests.factories import experiment_document
 from tests.report import synthetic
 
@@ -596,3 +596,80 @@ def test_empty_input_to_the_sequence_is_empty() -> None:
     b = sequential.look_bounds(np.zeros((3, 0)), sequential.design(10, alpha=0.05))
     assert b.mean.shape == (3, 0)
     assert sequential.look(np.array([]), threshold=0.0, confidence=0.95, horizon=10).why == "too-few"
+
+
+def _length_spec(**dataset: Any) -> ExperimentSpec:
+    stages = [
+        {"name": "short-c1", "concurrency": 1},
+        {"name": "short-c8", "concurrency": 8},
+        {"name": "short-c32", "concurrency": 32},
+        {"name": "long-c1", "concurrency": 1, "inputTokens": 2048},
+        {"name": "long-c8", "concurrency": 8, "inputTokens": 2048},
+    ]
+    return ExperimentSpec.model_validate(
+        experiment_document(workload={"stages": stages, "dataset": {"type": "synthetic", **dataset}})["spec"]
+    )
+
+
+def _result(name: str, batch: float, passed: bool) -> StageResult:
+    return StageResult(
+        name=name, batch_size=batch, verdict=StageVerdict.PASS if passed else StageVerdict.FAIL
+    )
+
+
+def test_the_recommendation_is_a_table_over_input_length_where_more_than_one_was_measured() -> None:
+    results = [
+        _result("short-c1", 1, True),
+        _result("short-c8", 8, True),
+        _result("short-c32", 32, False),
+        _result("long-c1", 1, True),
+        _result("long-c8", 8, False),
+    ]
+    rec = verdict.recommend(_length_spec(inputTokens=256), results)
+    table = [
+        (r.input_tokens, r.beneficial_up_to, r.num_speculative_tokens_per_batch_size)
+        for r in rec.by_input_length
+    ]
+    assert table == [
+        (256, "short-c8", [[1, 8, 5], [9, 4096, 0]]),
+        (2048, "long-c1", [[1, 1, 5], [2, 4096, 0]]),
+    ]
+    # over all stages (by batch size, listed order within a tie) short-c8 passes before long-c8 fails:
+    # the overall schedule is the short prompts' one, and the note says it does not cover the long ones
+    assert rec.num_speculative_tokens_per_batch_size == [[1, 8, 5], [9, 4096, 0]]
+    assert rec.note == (
+        "passes up to short-c8 (~8 running requests), not at long-c8; holds for inputTokens 256 of 256, 2048"
+    )
+    assert rec.wire()["byInputLength"][0] == {
+        "inputTokens": 256,
+        "beneficialUpTo": "short-c8",
+        "numSpeculativeTokensPerBatchSize": [[1, 8, 5], [9, 4096, 0]],
+        "note": "passes up to short-c8 (~8 running requests), not at short-c32",
+    }
+
+
+def test_one_measured_length_gives_no_table() -> None:
+    results = [_result("short-c1", 1, True), _result("short-c8", 8, False)]
+    rec = verdict.recommend(_length_spec(), results)
+    assert (
+        rec.by_input_length == []
+        and rec.note == "passes up to short-c1 (~1 running requests), not at short-c8"
+    )
+
+
+def test_the_overall_schedule_holds_for_every_length_that_passes_up_to_its_cut_off() -> None:
+    results = [
+        _result("short-c1", 1, True),
+        _result("short-c8", 8, False),
+        _result("short-c32", 32, False),
+        _result("long-c1", 1, True),
+        _result("long-c8", 8, True),
+    ]
+    rec = verdict.recommend(_length_spec(inputTokens=256), results)
+    assert rec.num_speculative_tokens_per_batch_size == [[1, 1, 5], [2, 4096, 0]]
+    assert [r.beneficial_up_to for r in rec.by_input_length] == ["short-c1", "long-c8"]
+    assert rec.note is not None and rec.note.endswith("; holds for inputTokens 256, 2048 of 256, 2048")
+    failing = [_result(r.name, r.batch_size or 1, r.name != "short-c1") for r in results]
+    rec = verdict.recommend(_length_spec(inputTokens=256), failing)
+    assert rec.note == "speculation did not pass at the lowest load (short-c1); leave it off"
+    assert [r.beneficial_up_to for r in rec.by_input_length] == [None, "long-c8"]

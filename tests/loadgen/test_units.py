@@ -82,6 +82,37 @@ def test_synthetic_requests_are_greedy_streamed_with_usage_and_unique_nonce_pref
     assert {b["prompt"].split()[0] for b in salted}.isdisjoint(prefixes)
 
 
+def test_a_stage_may_set_its_own_lengths_identically_for_both_arms() -> None:
+    s = _spec(
+        stages=[
+            {"name": "short", "concurrency": 2},
+            {"name": "long", "concurrency": 2, "inputTokens": 400, "outputTokens": 8},
+        ],
+        dataset={"type": "synthetic", "inputTokens": 64, "outputTokens": 16},
+        requestsPerStage=10,
+        warmupRequests=2,
+    )
+    p = plan.plan_from_spec(s, Path(), salt="x")
+    by_stage = {sp.name: [json.loads(r.body) for r in sp.requests] for sp in p.stages}
+    assert [len(b["prompt"].split()) for b in by_stage["short"]] == [
+        61
+    ] * 10  # the nonce word + 60 filler words
+    assert {b["max_tokens"] for b in by_stage["short"]} == {16}
+    assert [len(b["prompt"].split()) for b in by_stage["long"]] == [397] * 10
+    assert {b["max_tokens"] for b in by_stage["long"]} == {8}
+    assert p.description["dataset"] == {
+        "type": "synthetic",
+        "inputTokens": 64,
+        "outputTokens": 16,
+        "stages": {"long": {"inputTokens": 400, "outputTokens": 8}},
+    }
+    # each arm plans the run again: the same bodies for the same salt
+    again = plan.plan_from_spec(s, Path(), salt="x")
+    assert [r.body for sp in again.stages for r in sp.requests] == [
+        r.body for sp in p.stages for r in sp.requests
+    ]
+
+
 def test_the_builtin_mixed_set_has_four_categories_and_warmup_prompts_disjoint_from_measured_ones() -> None:
     items = workload.builtin("mixed")
     assert {i.category for i in items} == {"chat", "code", "summarisation", "math"}

@@ -31,6 +31,7 @@ from specdecode.experiment.status import (
     ExperimentStatus,
     GuardrailResult,
     Host,
+    LengthRecommendation,
     Speedup,
     StageVerdict,
 )
@@ -516,3 +517,33 @@ def test_terminal_and_report_say_what_the_draft_takes_of_the_kv_cache_and_blame_
     html = render_html(measured, records, windows, spec)
     assert "<p>memory: the draft takes 23% of the KV cache (77,000 of 100,000 tokens)" in html
     assert f"<p>stage {escape(failing.name)}: about 700 running requests exceed the 601" in html
+
+
+def test_the_recommendation_by_input_length_shows_in_the_terminal_and_the_report(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    assert status.recommendation is not None
+    by_length = [
+        LengthRecommendation(
+            input_tokens=256,
+            beneficial_up_to="short-c8",
+            num_speculative_tokens_per_batch_size=[[1, 8, 5], [9, 4096, 0]],
+            note="passes up to short-c8",
+        ),
+        LengthRecommendation(
+            input_tokens=2048, note="speculation did not pass at the lowest load (long-c1); leave it off"
+        ),
+    ]
+    status = status.model_copy(
+        update={"recommendation": status.recommendation.model_copy(update={"by_input_length": by_length})}
+    )
+    text = terminal_text(status)
+    assert (
+        "inputTokens 256: passes up to short-c8; num_speculative_tokens_per_batch_size=[[1, 8, 5], [9, 4096, 0]]"
+        in text
+    )
+    assert "inputTokens 2048: speculation did not pass at the lowest load (long-c1); leave it off" in text
+    html = render_html(status, records, windows, spec)
+    assert "<tr><td>256</td><td class=l>short-c8</td><td class=l>[[1, 8, 5], [9, 4096, 0]]</td>" in html
+    assert "<tr><td>2048</td><td class=l>–</td><td class=l>–</td>" in html

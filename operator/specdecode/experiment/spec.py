@@ -459,6 +459,11 @@ class Stage(Model):
     """Closed loop: requests in flight."""
     requests: int | None = Field(default=None, ge=1, le=1_000_000)
     """Overrides `requestsPerStage` for this stage."""
+    input_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Overrides the synthetic dataset's `inputTokens` for this stage (context length as an axis;
+    both arms get the same prompts). Only with `dataset.type: synthetic`."""
+    output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Overrides the synthetic dataset's `outputTokens` for this stage. Only with `dataset.type: synthetic`."""
 
     @property
     def is_open_loop(self) -> bool:
@@ -1013,6 +1018,18 @@ class ExperimentSpec(Model):
     def stage_requests(self, stage: Stage) -> int:
         """Measured requests of one stage (its own bound or `requestsPerStage`)."""
         return stage.requests if stage.requests is not None else self.workload.requests_per_stage
+
+    def stage_dataset(self, stage: Stage) -> SyntheticDataset:
+        """The synthetic dataset of one stage: the workload's with the stage's `inputTokens` and
+        `outputTokens` where set (the workload's dataset must be synthetic)."""
+        dataset = self.workload.dataset
+        assert isinstance(dataset, SyntheticDataset)
+        update = {
+            k: v
+            for k, v in (("input_tokens", stage.input_tokens), ("output_tokens", stage.output_tokens))
+            if v is not None
+        }
+        return dataset.model_copy(update=update) if update else dataset
 
 
 class Arm(StrEnum):

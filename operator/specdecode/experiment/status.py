@@ -491,6 +491,19 @@ class ConfirmationStage(StatusModel):
     """Why: one short line per finding."""
 
 
+class LengthRecommendation(StatusModel):
+    """The recommendation over the stages of one prompt length (issue 17)."""
+
+    input_tokens: int
+    """The stages' `inputTokens`."""
+    beneficial_up_to: str | None = None
+    """The highest load stage of this length at which speculation still passes."""
+    num_speculative_tokens_per_batch_size: list[list[int]] | None = None
+    """The schedule these stages alone suggest."""
+    note: str | None = None
+    """One line of explanation."""
+
+
 class Recommendation(StatusModel):
     """Where speculation stops paying, as a vLLM setting."""
 
@@ -500,6 +513,10 @@ class Recommendation(StatusModel):
     """A vLLM `num_speculative_tokens_per_batch_size` schedule that turns speculation off beyond it."""
     note: str | None = None
     """One line of explanation."""
+    by_input_length: list[LengthRecommendation] = Field(default_factory=list)
+    """Set when the stages measured more than one prompt length (a synthetic dataset with per-stage
+    `inputTokens`): the recommendation over each length's stages alone, shortest first; `note` says
+    for which lengths the overall schedule holds."""
     confirmed: bool | None = None
     """`analysis.confirm`: true when the confirmation round with the schedule ran and none of its
     stages Failed, false when one did; null when it was not run or measured nothing (see

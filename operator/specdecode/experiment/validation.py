@@ -709,7 +709,8 @@ def check_gpus(engine: spec.EngineSpec) -> list[Problem]:
 
 
 def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
-    """Stages: each exactly one of rate or concurrency; unique names."""
+    """Stages: each exactly one of rate or concurrency; unique names; per-stage lengths only with a
+    synthetic dataset."""
     problems: list[Problem] = []
     seen: set[str] = set()
     for i, stage in enumerate(workload.stages):
@@ -725,6 +726,15 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
                 Problem(f"{where}.name", f"{stage.name!r} is used by an earlier stage; names must be unique")
             )
         seen.add(stage.name)
+        if not isinstance(workload.dataset, spec.SyntheticDataset):
+            for field, value in (("inputTokens", stage.input_tokens), ("outputTokens", stage.output_tokens)):
+                if value is not None:
+                    problems.append(
+                        Problem(
+                            f"{where}.{field}",
+                            f"only applies to a synthetic dataset (dataset.type is {workload.dataset.type})",
+                        )
+                    )
     dataset = workload.dataset
     if isinstance(dataset, spec.JsonlDataset) and (dataset.config_map is None) == (dataset.path is None):
         problems.append(

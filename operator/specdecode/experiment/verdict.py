@@ -82,7 +82,15 @@ from scipy import stats
 
 from specdecode.experiment import breakeven, releases, sequential
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
-from specdecode.experiment.spec import AnalysisMode, AnalysisSpec, ExperimentSpec, PrimaryMetric, Slo, Stage
+from specdecode.experiment.spec import (
+    AnalysisMode,
+    AnalysisSpec,
+    ExperimentSpec,
+    PrimaryMetric,
+    Slo,
+    Stage,
+    SyntheticDataset,
+)
 from specdecode.experiment.status import (
     Acceptance,
     ArmSummary,
@@ -90,6 +98,7 @@ from specdecode.experiment.status import (
     ExperimentStatus,
     Goodput,
     GuardrailResult,
+    LengthRecommendation,
     NoiseFloor,
     Phase,
     QuantileSpeedup,
@@ -1171,6 +1180,66 @@ def _why_inconclusive(stages: Sequence[StageResult]) -> Reason:
 
 
 def recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommendation:
+    """The recommendation over all stages (`_recommend`); where they measured more than one prompt
+    length, also one per length (`byInputLength`), and the note says for which lengths the overall
+    schedule holds: those whose own stages pass at every measured batch size up to its cut-off
+    (issue 17)."""
+    overall = _recommend(spec, stages)
+    lengths = _input_lengths(spec, stages)
+    if len(set(lengths.values())) < 2:
+        return overall
+    table: list[LengthRecommendation] = []
+    for tokens in sorted(set(lengths.values())):
+        own = _recommend(spec, [s for s in stages if lengths.get(s.name) == tokens])
+        table.append(
+            LengthRecommendation(
+                input_tokens=tokens,
+                beneficial_up_to=own.beneficial_up_to,
+                num_speculative_tokens_per_batch_size=own.num_speculative_tokens_per_batch_size,
+                note=own.note,
+            )
+        )
+    cutoff = _passes_up_to(stages)
+    same = [
+        str(tokens)
+        for tokens in sorted(set(lengths.values()))
+        if _passes_up_to([s for s in stages if lengths.get(s.name) == tokens]) >= cutoff
+    ]
+    if cutoff == 0:  # no schedule to qualify: the table says where each length passes
+        return overall.model_copy(update={"by_input_length": table})
+    holds = f"holds for inputTokens {', '.join(same)} of {', '.join(str(r.input_tokens) for r in table)}"
+    return overall.model_copy(update={"by_input_length": table, "note": f"{overall.note}; {holds}"})
+
+
+def _passing(stages: Sequence[StageResult]) -> list[StageResult]:
+    """The passing run from the lowest load: stages with a batch-size estimate, by batch size, up to
+    the first that does not pass."""
+    ordered = sorted((s for s in stages if s.batch_size is not None), key=lambda s: s.batch_size or 0.0)
+    passing: list[StageResult] = []
+    for s in ordered:
+        if s.verdict is not StageVerdict.PASS:
+            break
+        passing.append(s)
+    return passing
+
+
+def _passes_up_to(stages: Sequence[StageResult]) -> float:
+    """The batch size up to which the passing run reaches; 0 when speculation does not pass at the lowest load."""
+    passing = _passing(stages)
+    return passing[-1].batch_size or 0.0 if passing else 0.0
+
+
+def _input_lengths(spec: ExperimentSpec, stages: Sequence[StageResult]) -> dict[str, int]:
+    """Each stage's prompt length, by name, with a synthetic dataset (a search probe, not a listed
+    stage, has the dataset's); empty with any other dataset."""
+    dataset = spec.workload.dataset
+    if not isinstance(dataset, SyntheticDataset):
+        return {}
+    listed = {stage.name: spec.stage_dataset(stage).input_tokens for stage in spec.workload.stages}
+    return {s.name: listed.get(s.name, dataset.input_tokens) for s in stages}
+
+
+def _recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommendation:
     """The highest load at which speculation still passes, and a vLLM batch-size schedule beyond it.
 
     Stages are ordered by their estimated batch size; the passing run is the one that starts at the
@@ -1182,11 +1251,7 @@ def recommend(spec: ExperimentSpec, stages: Sequence[StageResult]) -> Recommenda
     ordered = sorted((s for s in stages if s.batch_size is not None), key=lambda s: s.batch_size or 0.0)
     if not ordered:
         return Recommendation(note="no stage has a batch-size estimate; no schedule suggested")
-    passing: list[StageResult] = []
-    for s in ordered:
-        if s.verdict is not StageVerdict.PASS:
-            break
-        passing.append(s)
+    passing = _passing(ordered)
     if not passing:
         return Recommendation(
             note=f"speculation did not pass at the lowest load ({ordered[0].name}); leave it off"

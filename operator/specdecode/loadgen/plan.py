@@ -88,7 +88,9 @@ def _stage_requests(
     n: int,
     first: int,
     salt: str,
+    stage: spec_mod.Stage | None = None,
 ) -> tuple[workload.PreparedRequest, ...]:
+    """`n` requests named after `name`; a synthetic dataset at `stage`'s lengths where given."""
     wl = spec.workload
     out: list[workload.PreparedRequest] = []
     for i in range(n):
@@ -110,7 +112,7 @@ def _stage_requests(
                 workload.synthetic_request(
                     model=spec.served_name,
                     sampling=wl.sampling,
-                    dataset=wl.dataset,
+                    dataset=spec.stage_dataset(stage) if stage is not None else wl.dataset,
                     seed=spec.engine.seed,
                     salt=salt,
                     stage=name,
@@ -192,7 +194,14 @@ def plan_from_spec(
                     warmup=True,
                     concurrency=stage.concurrency,
                     requests=_stage_requests(
-                        spec, warm_items, name=name, n=stage.concurrency, first=0, salt=salt, replay=replay
+                        spec,
+                        warm_items,
+                        name=name,
+                        n=stage.concurrency,
+                        first=0,
+                        salt=salt,
+                        replay=replay,
+                        stage=stage,
                     ),
                 )
             )
@@ -206,6 +215,7 @@ def plan_from_spec(
             first=0 if replay is not None else first,
             salt=salt,
             replay=replay,
+            stage=stage,
         )
         first += n
         looks = sequential.planned_looks(n) if spec.analysis.sequential else ()
@@ -227,6 +237,15 @@ def plan_from_spec(
     dataset = wl.dataset.model_dump(by_alias=True, exclude_none=True)
     if replay is not None:
         dataset["trace"] = {**replay.describe(), "timeScale": time_scales}
+    lengths = {
+        stage.name: spec.stage_dataset(stage).model_dump(
+            by_alias=True, include={"input_tokens", "output_tokens"}
+        )
+        for stage in wl.stages
+        if stage.input_tokens is not None or stage.output_tokens is not None
+    }
+    if lengths:
+        dataset["stages"] = lengths
     return Plan(
         stages=tuple(stages),
         seed=seed,

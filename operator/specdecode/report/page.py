@@ -521,6 +521,17 @@ def render_html(
                 "<p>Add to the speculative config:</p>"
                 f"<pre>num_speculative_tokens_per_batch_size: {escape(schedule)}</pre>"
             )
+        if rec.by_input_length:
+            rows = "".join(
+                f"<tr><td>{r.input_tokens}</td><td class=l>{escape(r.beneficial_up_to or '–')}</td>"
+                f"<td class=l>{escape(json.dumps(r.num_speculative_tokens_per_batch_size) if r.num_speculative_tokens_per_batch_size is not None else '–')}</td>"
+                f"<td class=l>{escape(r.note or '')}</td></tr>"
+                for r in rec.by_input_length
+            )
+            body.append(
+                "<table><tr><th>inputTokens</th><th class=l>passes up to</th><th class=l>schedule</th>"
+                f"<th class=l>note</th></tr>{rows}</table>"
+            )
         if rec.confirmation_reason is not None:
             body.append(f"<p>{escape(confirm.summary(rec))}</p>")
     body.append("<h2>Stages</h2>")

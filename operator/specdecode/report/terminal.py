@@ -186,6 +186,14 @@ def render_terminal(
         if rec.num_speculative_tokens_per_batch_size is not None:
             line += f"; num_speculative_tokens_per_batch_size={rec.num_speculative_tokens_per_batch_size}"
         parts.append(Text(line))
+        for by_length in rec.by_input_length:
+            own = by_length.num_speculative_tokens_per_batch_size
+            parts.append(
+                Text(
+                    f"  inputTokens {by_length.input_tokens}: {by_length.note or ''}"
+                    + (f"; num_speculative_tokens_per_batch_size={own}" if own is not None else "")
+                )
+            )
         if rec.confirmation_reason is not None:
             parts.append(Text(confirm.summary(rec), style="green" if rec.confirmed else "yellow"))
     if any(s.categories for s in status.stages):
