@@ -104,24 +104,25 @@ class ArmFailure(Exception):
 
 
 def run(path: Path, options: Options) -> int:
-    """Run one experiment file; returns the exit status of design.md §4."""
+    """Run one experiment file; returns the exit status of design.md §4. Error lines are printed whole
+    (soft-wrapped): a log keeps each on one line, a path and its line number together."""
     console = terminal.console(stderr=True)
     try:
         experiment = documents.load_experiment(path)
     except (validation.InvalidSpecError, documents.UnreadableFileError) as exc:
         problems = exc.problems if isinstance(exc, validation.InvalidSpecError) else [exc]
         for problem in problems:
-            console.print(str(problem).removeprefix(": "), markup=False, highlight=False)
+            console.print(str(problem).removeprefix(": "), markup=False, highlight=False, soft_wrap=True)
         return exit_status.INVALID
     if (options.control_url is None) != (options.treatment_url is None):
-        console.print("give both --control-url and --treatment-url, or neither", markup=False)
+        console.print("give both --control-url and --treatment-url, or neither", markup=False, soft_wrap=True)
         return exit_status.INVALID
     try:  # a bad prompt file or trace is invalid input: say so before any arm starts
         plan_mod.plan_from_spec(
             experiment.spec, experiment.source.parent if experiment.source else Path.cwd(), salt="check"
         )
     except workload.DatasetError as exc:
-        console.print(str(exc), markup=False, highlight=False)
+        console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         return exit_status.INVALID
     out = options.out
     exit_status.prepare_results_directory(out)  # before any arm starts (ResultsUnwritable: exit 3)
@@ -168,7 +169,7 @@ def _finish(
 ) -> int:
     if options.mode != "json":
         console.print(terminal.render_terminal(final, require_stages=experiment.analysis.require_stages))
-        console.print(f"report: {out / results.REPORT}", markup=False, highlight=False)
+        console.print(f"report: {out / results.REPORT}", markup=False, highlight=False, soft_wrap=True)
     else:
         print(final.model_dump_json(by_alias=True, exclude_none=True))
     if final.phase is Phase.FAILED:
