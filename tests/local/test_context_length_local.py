@@ -6,18 +6,12 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
-
-from specdecode import cli
-from tests.factories import experiment_document
+from tests.local.simulated import ANALYSIS, run_local, simulated
 
 
 def test_each_stage_sends_its_own_lengths_to_both_arms(tmp_path: Path) -> None:
-    document = experiment_document(
-        model="sim/llama-8b",
-        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
-        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        workload={
+    document = simulated(
+        {
             "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 32},
             "sampling": {"maxTokens": 32},
             "stages": [
@@ -27,14 +21,11 @@ def test_each_stage_sends_its_own_lengths_to_both_arms(tmp_path: Path) -> None:
             "requestsPerStage": 20,
             "warmupRequests": 2,
         },
-        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        analysis=ANALYSIS,
         deadlines={"deploy": "1m", "run": "5m"},
     )
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(document))
-    out = tmp_path / "out"
-    cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"])
-    status = json.loads((out / "result.json").read_text())
+    _, status, out = run_local(tmp_path, document)
+    assert status is not None
     assert status["phase"] == "Completed", status["message"]
     assert [s["name"] for s in status["stages"]] == ["short-c1", "long-c4"]
     # two lengths measured: the recommendation has a row per length

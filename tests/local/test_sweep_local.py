@@ -7,33 +7,27 @@ from pathlib import Path
 
 import yaml
 
-from specdecode import cli
 from specdecode.experiment import documents, status
 from specdecode.local import runner as local_runner
 from specdecode.local import view
 from tests.factories import experiment_document
+from tests.local.simulated import ANALYSIS, run_local, simulated
 
 
 def test_a_concurrency_sweep_runs_its_generated_stages_in_ascending_load(tmp_path: Path) -> None:
-    document = experiment_document(
-        model="sim/llama-8b",
-        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
-        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        workload={
+    document = simulated(
+        {
             "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
             "sampling": {"maxTokens": 64},
             "sweep": {"concurrency": {"values": [64, 1]}},
             "requestsPerStage": 60,
             "warmupRequests": 2,
         },
-        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        analysis=ANALYSIS,
         deadlines={"deploy": "1m", "run": "5m"},
     )
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(document))
-    out = tmp_path / "out"
-    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == 0
-    status = json.loads((out / "result.json").read_text())
+    code, status, out = run_local(tmp_path, document)
+    assert code == 0 and status is not None
     assert status["phase"] == "Completed", status["message"]
     stages = {s["name"]: s for s in status["stages"]}
     assert list(stages) == ["c1", "c64"]  # ascending load, whatever order the values were listed in
@@ -50,11 +44,8 @@ def test_the_break_even_search_lands_within_one_step_of_the_crossover_the_explic
     tmp_path: Path,
 ) -> None:
     """One run: a doubling sweep 1..64 (the explicit stages), then the search over the same range."""
-    document = experiment_document(
-        model="sim/llama-8b",
-        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
-        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        workload={
+    document = simulated(
+        {
             "dataset": {"type": "synthetic", "inputTokens": 64, "outputTokens": 64},
             "sampling": {"maxTokens": 64},
             "sweep": {"concurrency": {"from": 1, "to": 64, "steps": 7}},
@@ -62,14 +53,11 @@ def test_the_break_even_search_lands_within_one_step_of_the_crossover_the_explic
             "requestsPerStage": 60,
             "warmupRequests": 2,
         },
-        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        analysis=ANALYSIS,
         deadlines={"deploy": "1m", "run": "10m"},
     )
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(document))
-    out = tmp_path / "out"
-    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == 0
-    status = json.loads((out / "result.json").read_text())
+    code, status, out = run_local(tmp_path, document)
+    assert code == 0 and status is not None
     assert status["phase"] == "Completed", status["message"]
 
     # where the explicit stages put the crossover: the last Pass before the first stage that is not one

@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from specdecode import cli, exit_status
+from specdecode import exit_status
 from specdecode.loadgen import plan, trace
-from tests.factories import experiment_document
+from tests.local.simulated import ANALYSIS, run_local, simulated
 
 
 def test_the_bursty_trace_is_replayed_to_both_arms_on_its_scaled_schedule_to_a_verdict(
@@ -23,24 +22,19 @@ def test_the_bursty_trace_is_replayed_to_both_arms_on_its_scaled_schedule_to_a_v
     # checks pacing); with the default budget a burst on a loaded machine failed the run
     # InvalidMeasurement (seen: p99 7.9 and 12.4 ms). The median lag is still asserted below.
     monkeypatch.setattr(plan, "Budgets", functools.partial(plan.Budgets, schedule_lag_p99_ms=100.0))
-    document = experiment_document(
-        model="sim/llama-8b",
-        engine={"simulator": {"profile": "h200-8b-draft-tiny"}, "seed": 7},
-        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        workload={
+    document = simulated(
+        {
             "dataset": {"type": "trace", "builtin": "bursty"},
             "stages": [{"name": "r3", "rate": 3}],
             "requestsPerStage": 60,
             "warmupRequests": 2,
         },
-        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, "requireStages": "any"},
+        seed=7,
+        analysis=ANALYSIS,
         deadlines={"deploy": "1m", "run": "5m"},
     )
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(document))
-    out = tmp_path / "out"
-    code = cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"])
-    result = json.loads((out / "result.json").read_text())
+    code, result, out = run_local(tmp_path, document)
+    assert result is not None
     assert result["phase"] == "Completed", result["message"]
     assert result["verdict"] in {"Promote", "Reject", "Inconclusive"}
     assert code in {0, 1}
@@ -72,16 +66,11 @@ def test_a_bad_trace_file_is_refused_with_its_line_before_any_arm_starts(
         '{"timestamp": 1, "promptTokens": 5, "outputTokens": 3}\n'
         '{"timestamp": 0.5, "promptTokens": 5, "outputTokens": 3}\n'
     )
-    document = experiment_document(
-        model="sim/llama-8b",
-        engine={"simulator": {"profile": "h200-8b-draft-tiny"}},
-        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        workload={"dataset": {"type": "trace", "path": "t.jsonl"}, "stages": [{"name": "r2", "rate": 2}]},
+    document = simulated(
+        {"dataset": {"type": "trace", "path": "t.jsonl"}, "stages": [{"name": "r2", "rate": 2}]},
     )
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(document))
-    out = tmp_path / "out"
-    assert cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"]) == exit_status.INVALID
+    code, _, out = run_local(tmp_path, document)
+    assert code == exit_status.INVALID
     err = capsys.readouterr().err
     assert f"{tmp_path / 't.jsonl'}:2: 'timestamp' 0.5 is before line 1's 1" in err
     assert "started the control arm" not in err

@@ -1,0 +1,45 @@
+"""Shared by the `run --local` feature tests: an experiment on the simulator's tiny-draft profile, written to
+a file and run as a user would (`specdecode run FILE --local`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdecode import cli
+from tests.factories import experiment_document
+
+#: What the local feature tests judge by default: minSpeedup 1.05, no TTFT guardrail, any stage may pass.
+ANALYSIS: dict[str, Any] = {
+    "minSpeedup": 1.05,
+    "guardrails": {"maxTtftRegression": None},
+    "requireStages": "any",
+}
+
+
+def simulated(workload: dict[str, Any], *, seed: int | None = None, **spec: Any) -> dict[str, Any]:
+    """An experiment on the simulator (8B target, the 2-layer draft profile, k = 4) with this workload."""
+    engine: dict[str, Any] = {"simulator": {"profile": "h200-8b-draft-tiny"}}
+    if seed is not None:
+        engine["seed"] = seed
+    return experiment_document(
+        model="sim/llama-8b",
+        engine=engine,
+        speculative={"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
+        workload=workload,
+        **spec,
+    )
+
+
+def run_local(tmp_path: Path, document: dict[str, Any]) -> tuple[int, dict[str, Any] | None, Path]:
+    """`specdecode run experiment.yaml --local --out tmp_path/out --quiet`: the exit code, result.json (None
+    when none was written) and the results directory."""
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    code = cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"])
+    result = out / "result.json"
+    return code, (json.loads(result.read_text()) if result.exists() else None), out
