@@ -644,7 +644,15 @@ class PodRuntime:
         # over an ancestor of it (the chart's /tmp emptyDir) goes last, or it would hide the sources
         # of those after it. A kubelet's volume directories are outside any container's paths.
         hides_sources = lambda m: self.agent.workdir.is_relative_to(m["mountPath"])  # noqa: E731
-        for m in sorted(spec.get("volumeMounts", []), key=hides_sources):
+        mounts = sorted(spec.get("volumeMounts", []), key=hides_sources)
+        hidden = [
+            code for code in self.agent.host_code if any(code.is_relative_to(m["mountPath"]) for m in mounts)
+        ]
+        stash = self.agent.stash_dir / f"{self.uid[:8]}-{self.index}"  # outside /tmp, where pods mount
+        for i, code in enumerate(hidden):  # outside the pod's mounts until they are made
+            (stash / str(i)).mkdir(parents=True, exist_ok=True)
+            script.append(f"mount --bind {shlex.quote(str(code))} {shlex.quote(str(stash / str(i)))}")
+        for m in mounts:
             src = self.volumes.get(m["name"])
             if src is None:
                 raise RuntimeError(f"volumeMount {m['name']}: no such volume")
@@ -657,6 +665,9 @@ class PodRuntime:
             script.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)}")
             if m.get("readOnly") or m["name"] in self.read_only_volumes:
                 script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
+        for i, code in enumerate(hidden):  # the container's own files stay where its PATH says
+            script.append(f"mkdir -p {shlex.quote(str(code))}")
+            script.append(f"mount --bind {shlex.quote(str(stash / str(i)))} {shlex.quote(str(code))}")
         workdir = spec.get("workingDir")
         if workdir:
             script.append(f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)}")
@@ -943,6 +954,11 @@ class NodeAgent:
         self.nodes = set(nodes)
         self.workdir = workdir
         self.venv_bin = venv_bin or Path(sys.executable).parent
+        #: What a container runs from the host (the venv, and the checkout its editable install points
+        #: into): a pod's mount over an ancestor of these (the chart's /tmp emptyDir, with the checkout
+        #: under /tmp) would hide them, so they are stashed before such a mount and bound back after.
+        self.host_code = sorted({self.venv_bin.parent.resolve(), Path(__file__).resolve().parents[2]})
+        self.stash_dir = Path("/run") / f"specdecode-node-agent-{os.getpid()}-{id(self):x}"
         self.probe_scale = probe_scale
         self.tick = tick
         self.node_ip = node_ip
@@ -1015,6 +1031,7 @@ class NodeAgent:
         for rt in list(self.pods.values()):
             rt.stop(grace=1.0)
         self.pods.clear()
+        shutil.rmtree(self.stash_dir, ignore_errors=True)  # empty mount points of the pods' namespaces
         if self.relay is not None:
             self.relay.stop()
         run("ip", "link", "del", self.bridge, check=False)
