@@ -364,20 +364,12 @@ class _Run:
     def _load(
         self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = ""
     ) -> runner.RunResult:
-        plan = plan_mod.plan_from_spec(
-            self.spec,
-            self.experiment.source.parent if self.experiment.source else Path.cwd(),
-            scrape_metrics=True,
-            salt=f"{self.spec.engine.seed}-local",
-        )
         out = self.out if not suffix else self.out / f"load{suffix}"
         # One GPU: the treatment's sequential looks pair it with the control measured before it.
         earlier = [r for r in self.records if not r.warmup]
-        self.view.start()
         try:
-            result = asyncio.run(self._watched(plan, endpoints, out, arms, self._stop_rule(earlier)))
+            result = self._run_round(self.spec, endpoints, out, arms, self._stop_rule(earlier))
         finally:
-            self.view.stop()
             # what was measured is kept, also when the load ended by a crash or Ctrl-C
             self.records.extend(_read_records(out))
             if suffix and (out / "requests.jsonl").exists():  # one requests.jsonl in DIR, as when paired
@@ -387,6 +379,29 @@ class _Run:
         self.validity = result.summary.get("validity")
         self._check_errors_only(endpoints)
         return result
+
+    def _run_round(
+        self,
+        round_spec: spec.ExperimentSpec,
+        endpoints: dict[str, runner.Endpoint],
+        out: Path,
+        arms: engines.Engines,
+        decided: Callable[[str, Sequence[records.RequestRecord]], bool],
+    ) -> runner.RunResult:
+        """One load round of `round_spec`'s stages under the live view, into `out`. Every round (the stages,
+        a search probe, the crossover's swapped round, the confirmation) is planned with the same salt, so
+        the same stage gets the same prompts on the same schedule in each."""
+        plan = plan_mod.plan_from_spec(
+            round_spec,
+            self.experiment.source.parent if self.experiment.source else Path.cwd(),
+            scrape_metrics=True,
+            salt=f"{self.spec.engine.seed}-local",
+        )
+        self.view.start()
+        try:
+            return asyncio.run(self._watched(plan, endpoints, out, arms, decided))
+        finally:
+            self.view.stop()
 
     async def _watched(
         self,
@@ -598,19 +613,9 @@ class _Run:
         self, arms: engines.Engines, swapped_spec: spec.ExperimentSpec
     ) -> tuple[list[records.RequestRecord], runner.RunResult]:
         """The swapped round's load (fixed horizon) into DIR/crossover/; round 1's records stay apart."""
-        plan = plan_mod.plan_from_spec(
-            swapped_spec,
-            self.experiment.source.parent if self.experiment.source else Path.cwd(),
-            scrape_metrics=True,
-            salt=f"{self.spec.engine.seed}-local",
-        )
         out = self.out / CROSSOVER_DIR
         endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
-        self.view.start()
-        try:
-            result = asyncio.run(self._watched(plan, endpoints, out, arms, lambda _stage, _recs: False))
-        finally:
-            self.view.stop()
+        result = self._run_round(swapped_spec, endpoints, out, arms, lambda _stage, _recs: False)
         return [r for r in _read_records(out) if not r.warmup], result
 
     # ------------------------------------------------------------------------------- confirmation
@@ -677,22 +682,12 @@ class _Run:
         out: Path,
     ) -> runner.RunResult:
         """The confirmation round's load: the first round's plan and salt, no early stop (`confirm`)."""
-        plan = plan_mod.plan_from_spec(
-            second,
-            self.experiment.source.parent if self.experiment.source else Path.cwd(),
-            scrape_metrics=True,
-            salt=f"{self.spec.engine.seed}-local",
-        )
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
             self.view.note_speedup(stage, list(recs))
             return False
 
-        self.view.start()
-        try:
-            return asyncio.run(self._watched(plan, endpoints, out, arms, decided))
-        finally:
-            self.view.stop()
+        return self._run_round(second, endpoints, out, arms, decided)
 
     def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
         """Arms one after the other: the message says that pairs were not simultaneous."""
