@@ -54,9 +54,10 @@ def test_prometheus_scrapes_the_simulator_and_answers_the_acceptance_rate(
     own = counters(sim.metrics())
     drafts = own["vllm:spec_decode_num_drafts_total"]
     deadline = time.monotonic() + 30
-    while not (seen := prom.query("sum(vllm:spec_decode_num_drafts_total)")) or float(
-        seen[0]["value"][1]
-    ) != drafts:
+    while (
+        not (seen := prom.query("sum(vllm:spec_decode_num_drafts_total)"))
+        or float(seen[0]["value"][1]) != drafts
+    ):
         assert time.monotonic() < deadline, "Prometheus never scraped the idle simulator's counters"
         time.sleep(0.2)
 
