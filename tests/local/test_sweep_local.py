@@ -26,12 +26,16 @@ def test_a_concurrency_sweep_runs_its_generated_stages_in_ascending_load(tmp_pat
         analysis=ANALYSIS,
         deadlines={"deploy": "1m", "run": "5m"},
     )
+    # A steeper compute slope than the profile's (0.011 ms a token) puts concurrency 64 clearly below
+    # break-even (~0.90x, c1 stays ~1.13x). With the profile alone c64 sits at ~1.01x, 4% under
+    # minSpeedup: a CI run on a loaded two-core runner measured 1.11x there once and failed.
+    document["spec"]["engine"]["simulator"]["batchTokenMs"] = 0.03
     code, status, out = run_local(tmp_path, document)
     assert code == 0 and status is not None
     assert status["phase"] == "Completed", status["message"]
     stages = {s["name"]: s for s in status["stages"]}
     assert list(stages) == ["c1", "c64"]  # ascending load, whatever order the values were listed in
-    # the profile's measured shape: a clear win at concurrency 1, none at 64
+    # a clear win at concurrency 1, a loss at 64
     assert stages["c1"]["verdict"] == "Pass"
     assert stages["c64"]["verdict"] != "Pass"
     assert stages["c1"]["speedup"]["estimate"] > stages["c64"]["speedup"]["estimate"]
