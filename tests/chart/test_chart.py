@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, validation
 from tests.chart.conftest import CHART, ROOT, Render, run_helm
 from tests.factories import experiment_document
@@ -420,3 +421,83 @@ def test_the_network_policy_admits_the_operator_pod_by_its_real_name_label(rende
     pod_labels = only(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert labels == {"app.kubernetes.io/name": "sdx-op"}
     assert labels.items() <= pod_labels.items()
+
+
+# ------------------------------------------------------------------------------ Prometheus
+
+
+def arm_pods() -> list[dict[str, Any]]:
+    """The pod templates of a simulator experiment's two arms, as the controller builds them."""
+    document = experiment_document(engine={"simulator": {"profile": "h200-8b-draft-tiny"}})
+    spec, _ = validation.parse_experiment(document)
+    built = manifests.build_all("exp", document, spec, manifests.Settings())
+    pods: list[dict[str, Any]] = [d["spec"]["template"] for d in built if d["kind"] == "Deployment"]
+    assert len(pods) == 2
+    return pods
+
+
+def test_the_label_names_the_operator_queries_by_are_chart_values(render: Render) -> None:
+    settings = env(render())
+    defaults = OperatorSettings()
+    assert settings["SPECDECODE_PROM_EXPERIMENT_LABEL"] == defaults.prom_experiment_label
+    assert settings["SPECDECODE_PROM_ARM_LABEL"] == defaults.prom_arm_label
+    assert settings["SPECDECODE_PROM_NAMESPACE_LABEL"] == defaults.prom_namespace_label
+    assert settings["SPECDECODE_PROM_POD_LABEL"] == defaults.prom_pod_label
+    changed = env(
+        render("--set", "monitoring.labelNames.experiment=exp", "--set", "monitoring.labelNames.pod=p")
+    )
+    read = OperatorSettings.from_env(changed)  # as the operator reads its environment
+    assert (read.prom_experiment_label, read.prom_pod_label) == ("exp", "p")
+
+
+def test_pod_monitors_are_off_by_default(render: Render) -> None:
+    assert not [d for d in render() if d["kind"] == "PodMonitor"]
+
+
+def test_the_arms_pod_monitor_selects_the_arms_and_writes_the_label_names_the_operator_reads(
+    render: Render,
+) -> None:
+    docs = render(
+        "--set", "monitoring.podMonitor.enabled=true",
+        "--set", "monitoring.podMonitor.labels.release=kps",
+        "--set", "monitoring.labelNames.arm=arm",
+    )  # fmt: skip
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+    assert set(monitors) == {"sdx-specdecode-operator-arms", "sdx-specdecode-operator"}
+    arms = monitors["sdx-specdecode-operator-arms"]
+    assert arms["metadata"]["labels"]["release"] == "kps"  # kube-prometheus-stack's podMonitorSelector
+    assert arms["spec"]["namespaceSelector"] == {"any": True}
+    endpoint = arms["spec"]["podMetricsEndpoints"][0]
+    for pod in arm_pods():
+        # the selector matches each arm pod, and the endpoint's port is the arm container's port
+        assert arms["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        assert endpoint["port"] in {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    meta = f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', manifests.LABEL_ARM)}"
+    written = {r["sourceLabels"][0]: r["targetLabel"] for r in endpoint["relabelings"]}
+    assert written[meta] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
+    experiment_meta = (
+        f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', manifests.LABEL_EXPERIMENT)}"
+    )
+    assert written[experiment_meta] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
+    assert written["__meta_kubernetes_namespace"] == env(docs)["SPECDECODE_PROM_NAMESPACE_LABEL"]
+    assert written["__meta_kubernetes_pod_name"] == env(docs)["SPECDECODE_PROM_POD_LABEL"]
+    # the operator's own /metrics: its pod, its metrics port, the gauges' own namespace label kept
+    own = monitors["sdx-specdecode-operator"]
+    assert own["spec"]["selector"]["matchLabels"].items() <= container_pod_labels(docs).items()
+    assert own["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in container(docs)["ports"]}
+    assert own["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+
+
+def test_pod_monitors_follow_the_served_namespaces_and_the_metrics_switch(render: Render) -> None:
+    docs = render(
+        "--set", "monitoring.podMonitor.enabled=true",
+        "--set", "watchNamespaces={llm,batch}",
+        "--set", "metrics.enabled=false",
+        "--set", "monitoring.podMonitor.namespace=monitoring",
+    )  # fmt: skip
+    monitors = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert [m["metadata"]["name"] for m in monitors] == [
+        "sdx-specdecode-operator-arms"
+    ]  # no /metrics to scrape
+    assert monitors[0]["metadata"]["namespace"] == "monitoring"
+    assert monitors[0]["spec"]["namespaceSelector"] == {"matchNames": ["llm", "batch"]}

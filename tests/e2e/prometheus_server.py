@@ -20,16 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from k8s_cluster import Cluster, Component, free_port, http_ok, start_process, stop_process, wait_until
 
+#: The scrape job the README gives users for a Prometheus configured by hand.
+SCRAPE_CONFIGS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "scrape-configs.yaml"
 JOB_NAME = "specdecode-pods"
-DEFAULT_METRICS_PORT = 8000
 
-# Pod label -> target label. The operator's PromQL selects by these (controller/settings.py defaults).
-COPIED_POD_LABELS = {
-    "specdecode_io_experiment": "specdecode_io_experiment",
-    "specdecode_io_arm": "specdecode_io_arm",
-}
+
+def pod_scrape_job() -> dict[str, Any]:
+    """The `specdecode-pods` job of deploy/prometheus/scrape-configs.yaml."""
+    jobs = yaml.safe_load(SCRAPE_CONFIGS.read_text())
+    job: dict[str, Any] = next(j for j in jobs if j["job_name"] == JOB_NAME)
+    return job
 
 
 class PrometheusMissingError(RuntimeError):
@@ -50,71 +53,41 @@ def find_prometheus(bin_dir: Path) -> str:
     return path
 
 
+def out_of_cluster(job: dict[str, Any], api_url: str, ca_file: Path, token_file: Path) -> dict[str, Any]:
+    """`job` with each of its kubernetes_sd_configs pointed at this API server (URL, CA, bearer token)
+    instead of the pod's in-cluster service account; everything else (role, namespaces, selectors) kept."""
+    sd = [
+        {
+            **c,
+            "api_server": api_url,
+            "tls_config": {"ca_file": str(ca_file)},
+            "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+        }
+        for c in job.get("kubernetes_sd_configs", [])
+    ]
+    return {**job, "kubernetes_sd_configs": sd}
+
+
 def scrape_config(
-    api_url: str, ca_file: Path, token_file: Path, interval: str = "1s", static: dict[str, str] | None = None
+    api_url: str,
+    ca_file: Path,
+    token_file: Path,
+    interval: str = "1s",
+    static: dict[str, str] | None = None,
+    jobs: list[dict[str, Any]] | None = None,
 ) -> str:
     """prometheus.yml (JSON, which is YAML) for pod discovery through the given API server, plus one
     job per entry of ``static`` (job name -> host:port), such as an operator run as a local process.
 
-    The static jobs honour the scraped labels: the operator's gauges carry their own ``namespace``.
+    The pod job is the one a user copies (deploy/prometheus/scrape-configs.yaml), or ``jobs`` when
+    given (such as those the Prometheus Operator generates), pointed at this API server. The static
+    jobs honour the scraped labels: the operator's gauges carry their own ``namespace``.
     """
-    relabel: list[dict[str, Any]] = [
-        # keep: managed by the operator, or opted in by annotation
-        {
-            "source_labels": [
-                "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by",
-                "__meta_kubernetes_pod_annotation_prometheus_io_scrape",
-            ],
-            "separator": ";",
-            "regex": "specdecode-operator;.*|.*;true",
-            "action": "keep",
-        },
-        {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": ".+", "action": "keep"},
-        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Succeeded|Failed", "action": "drop"},
-        # one target per pod, whatever its container ports
-        {
-            "source_labels": ["__meta_kubernetes_pod_ip"],
-            "regex": "(.+)",
-            "target_label": "__address__",
-            "replacement": f"$1:{DEFAULT_METRICS_PORT}",
-        },
-        {
-            "source_labels": [
-                "__meta_kubernetes_pod_ip",
-                "__meta_kubernetes_pod_annotation_prometheus_io_port",
-            ],
-            "separator": ";",
-            "regex": r"(.+);(\d+)",
-            "target_label": "__address__",
-            "replacement": "$1:$2",
-        },
-        {
-            "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"],
-            "regex": "(.+)",
-            "target_label": "__metrics_path__",
-        },
-        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-    ]
-    relabel += [
-        {"source_labels": [f"__meta_kubernetes_pod_label_{src}"], "target_label": dst}
-        for src, dst in COPIED_POD_LABELS.items()
-    ]
+    discovered = jobs if jobs is not None else [pod_scrape_job()]
     config = {
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "scrape_configs": [
-            {
-                "job_name": JOB_NAME,
-                "kubernetes_sd_configs": [
-                    {
-                        "role": "pod",
-                        "api_server": api_url,
-                        "tls_config": {"ca_file": str(ca_file)},
-                        "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-                    }
-                ],
-                "relabel_configs": relabel,
-            },
+            *(out_of_cluster(job, api_url, ca_file, token_file) for job in discovered),
             *(
                 {"job_name": job, "honor_labels": True, "static_configs": [{"targets": [target]}]}
                 for job, target in (static or {}).items()
@@ -137,6 +110,8 @@ class Prometheus:
     _tmp: tempfile.TemporaryDirectory[str] | None = None
     _token_file: Path | None = None
     _static: dict[str, str] = field(default_factory=dict)
+    jobs: list[dict[str, Any]] | None = None
+    """Discovery jobs in place of deploy/prometheus/scrape-configs.yaml's (see `scrape_config`)."""
 
     def start(self) -> str:
         c = self.cluster
@@ -172,7 +147,7 @@ class Prometheus:
         c = self.cluster
         assert self.workdir is not None and self._token_file is not None and c.ca_file is not None
         (self.workdir / "prometheus.yml").write_text(
-            scrape_config(c.api_url, c.ca_file, self._token_file, static=self._static)
+            scrape_config(c.api_url, c.ca_file, self._token_file, static=self._static, jobs=self.jobs)
         )
 
     def scrape_static(self, job: str, target: str | None) -> None:
