@@ -6,6 +6,7 @@
 #   kwok                                                             (go install)
 #   helm                                                             (go install)
 #   prometheus (kubernetes_sd only; Debian's package has no kubernetes_sd) (go install)
+#   prometheus-operator and its CRDs (prometheus-operator-crds/)     (a copy of its module, go build)
 #
 # Binaries go to ${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins/<kube>-<etcd>-<kwok>-<helm>-<prometheus>/.
 # Only missing binaries are built. Progress and timings go to stderr; the last line of
@@ -21,6 +22,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # Prometheus 3.16.0 (its Go module is tagged v0.3XX.y)
+# The Prometheus Operator (kube-prometheus-stack's) and its CRDs, for the chart's PodMonitors.
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 # Kubernetes 1.36 needs Go >= 1.26: an older go (>= 1.21) runs this toolchain instead, which it
 # fetches from the Go module proxy itself (golang.org/toolchain; see `go help toolchain`).
 GO_TOOLCHAIN="${GO_TOOLCHAIN:-go1.26.8}"
@@ -28,7 +31,10 @@ GO_TOOLCHAIN="${GO_TOOLCHAIN:-go1.26.8}"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/specdecode/k8s-bins"
 BIN_DIR="$CACHE_ROOT/${KUBE_VERSION}-${ETCD_VERSION}-${KWOK_VERSION}-${HELM_VERSION}-${PROMETHEUS_VERSION}"
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
-ALL_BINS=("${KUBE_BINS[@]}" kubectl etcd etcdctl kwok helm prometheus)
+ALL_BINS=("${KUBE_BINS[@]}" kubectl etcd etcdctl kwok helm prometheus prometheus-operator)
+# Files beside the binaries (fetched, not built).
+PO_CRDS="prometheus-operator-crds"
+ALL_FILES=(kwok-stages.yaml "$PO_CRDS/monitoring.coreos.com_podmonitors.yaml")
 
 log() { printf '[build-k8s-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -38,11 +44,16 @@ missing() {
   echo "${out[@]:-}"
 }
 
+missing_files() {
+  local f out=()
+  for f in "${ALL_FILES[@]}"; do [[ -f "$BIN_DIR/$f" ]] || out+=("$f"); done
+  echo "${out[@]:-}"
+}
+
 case "${1:-}" in
   --print-dir) echo "$BIN_DIR"; exit 0 ;;
   --check)
-    m="$(missing "${ALL_BINS[@]}")"
-    [[ -f "$BIN_DIR/kwok-stages.yaml" ]] || m+=" kwok-stages.yaml"
+    m="$(missing "${ALL_BINS[@]}") $(missing_files)"
     if [[ -n "${m// /}" ]]; then echo "missing in $BIN_DIR: $m" >&2; exit 1; fi
     echo "$BIN_DIR"; exit 0 ;;
   "") ;;
@@ -198,6 +209,26 @@ build_prometheus() {
   mv -f "$WORK/out/prometheus" "$BIN_DIR/prometheus"
 }
 
+# The Prometheus Operator's own binary and CRDs, both from its Go module. Its go.mod replaces its two
+# nested modules (pkg/apis/monitoring, pkg/client) by directories a module zip does not contain, so it is
+# built from a copy of the module with those replaces dropped (the same versions come from the proxy).
+build_prometheus_operator() {
+  local dir
+  dir="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cp -r "$dir" "$WORK/prometheus-operator" && chmod -R u+w "$WORK/prometheus-operator"
+  (
+    cd "$WORK/prometheus-operator"
+    go mod edit -dropreplace=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring \
+      -dropreplace=github.com/prometheus-operator/prometheus-operator/pkg/client
+    go build -trimpath -ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}" \
+      -o "$WORK/out/prometheus-operator" ./cmd/operator
+  )
+  rm -rf "${BIN_DIR:?}/$PO_CRDS" && cp -r "$dir/example/prometheus-operator-crd" "$BIN_DIR/$PO_CRDS"
+  chmod -R u+w "$BIN_DIR/$PO_CRDS"
+  mv -f "$WORK/out/prometheus-operator" "$BIN_DIR/prometheus-operator"
+}
+
 log "bin dir: $BIN_DIR (go: $(go version | cut -d' ' -f3), $(nproc) cores)"
 m="$(missing etcd etcdctl)";   [[ -z "$m" ]] || timed "etcd $ETCD_VERSION (etcd, etcdctl)" build_etcd
 m="$(missing "${KUBE_BINS[@]}")"
@@ -208,9 +239,10 @@ m="$(missing kwok)";           [[ -z "$m" ]] || timed "kwok $KWOK_VERSION" build
 m="$(missing kubectl)";        [[ -z "$m" ]] || timed "kubectl $KUBE_VERSION" build_kube kubectl
 m="$(missing helm)";           [[ -z "$m" ]] || timed "helm $HELM_VERSION" build_helm
 m="$(missing prometheus)";     [[ -z "$m" ]] || timed "prometheus $PROMETHEUS_VERSION" build_prometheus
+m="$(missing prometheus-operator)"; [[ -f "$BIN_DIR/$PO_CRDS/monitoring.coreos.com_podmonitors.yaml" ]] || m+=" crds"
+[[ -z "${m// /}" ]] || timed "prometheus-operator $PROMETHEUS_OPERATOR_VERSION (and its CRDs)" build_prometheus_operator
 
-m="$(missing "${ALL_BINS[@]}")"
-[[ -f "$BIN_DIR/kwok-stages.yaml" ]] || m+=" kwok-stages.yaml"
+m="$(missing "${ALL_BINS[@]}") $(missing_files)"
 if [[ -n "${m// /}" ]]; then log "still missing: $m"; exit 1; fi
 {
   "$BIN_DIR/kube-apiserver" --version
@@ -219,6 +251,7 @@ if [[ -n "${m// /}" ]]; then log "still missing: $m"; exit 1; fi
   "$BIN_DIR/kwok" --version 2>/dev/null | head -1 || true
   "$BIN_DIR/helm" version --short
   "$BIN_DIR/prometheus" --version | head -1
+  "$BIN_DIR/prometheus-operator" --version | head -1
 } >&2 || true
 log "done in $((SECONDS - TOTAL_START)) s"
 echo "$BIN_DIR"

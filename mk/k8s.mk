@@ -1,5 +1,5 @@
 # The real components the e2e tests start: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm and Prometheus, all built from the Go module proxy by
+# kube-scheduler, kubectl, kwok, helm, Prometheus and the Prometheus Operator, all built from the Go module proxy by
 # hack/build-k8s-bins.sh and cached per machine under ~/.cache/specdecode/k8s-bins/<versions>/.
 # (Debian's prometheus package is not used: it is built without kubernetes_sd_configs.)
 # Included by the Makefile; `make test` depends on `k8s-bins`.

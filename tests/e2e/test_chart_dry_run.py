@@ -204,3 +204,42 @@ def test_the_operator_has_nothing_in_namespaces_it_does_not_serve(
 ) -> None:
     assert not can(cluster, operator_account, "create", "deployments.apps", "default")
     assert not can(cluster, operator_account, "watch", "specdecodeexperiments.specdecode.io", "default")
+
+
+@pytest.fixture
+def pod_monitor_crd(cluster: Cluster) -> None:
+    """The Prometheus Operator's own PodMonitor CRD (hack/build-k8s-bins.sh takes it from its Go module)."""
+    crd = cluster.bin_dir / "prometheus-operator-crds" / "monitoring.coreos.com_podmonitors.yaml"
+    assert crd.is_file(), f"{crd} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com"
+    )
+
+
+def with_pod_monitors(cluster: Cluster, namespace: str, *args: str) -> str:
+    return helm_template(cluster, namespace, "--set=monitoring.podMonitor.enabled=true", *args)
+
+
+def test_the_charts_pod_monitors_are_valid_podmonitors(
+    cluster: Cluster, namespace: str, pod_monitor_crd: None
+) -> None:
+    res = dry_run(
+        cluster,
+        namespace,
+        with_pod_monitors(cluster, namespace, "--set=monitoring.podMonitor.labels.release=kps"),
+    )
+    assert (
+        "podmonitor.monitoring.coreos.com/sdx-specdecode-operator-arms created (server dry run)" in res.stdout
+    )
+    assert "podmonitor.monitoring.coreos.com/sdx-specdecode-operator created (server dry run)" in res.stdout
+
+
+def test_the_pod_monitor_check_above_does_catch_an_invalid_one(
+    cluster: Cluster, namespace: str, pod_monitor_crd: None
+) -> None:
+    # The CRD's schema, not our template, rejects a malformed duration.
+    text = with_pod_monitors(cluster, namespace, "--set=monitoring.podMonitor.interval=5sec")
+    res = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=text, check=False)
+    assert res.returncode != 0
+    assert "spec.podMetricsEndpoints[0].interval" in res.stderr, res.stderr
