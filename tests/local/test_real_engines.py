@@ -111,7 +111,9 @@ def test_one_gpu_runs_the_arms_one_after_the_other_and_judges_them(
 def test_one_gpu_confirms_the_schedule_with_the_treatment_alone_against_the_first_rounds_control(
     tmp_path: Path, fake_engines: FakeEngines
 ) -> None:
-    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny")
+    # A steeper compute slope than the profile's puts c64 clearly below break-even: a stage of one wave
+    # (64 requests at concurrency 64) has a run-to-run spread 2.3x its interval (benchmarks/verdict/waves.py).
+    fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny --batch-token-ms 0.03")
     path = write_experiment(
         tmp_path, stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}], requests=64
     )
