@@ -34,7 +34,8 @@ KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
 ALL_BINS=("${KUBE_BINS[@]}" kubectl etcd etcdctl kwok helm prometheus prometheus-operator)
 # Files beside the binaries (fetched, not built).
 PO_CRDS="prometheus-operator-crds"
-ALL_FILES=(kwok-stages.yaml "$PO_CRDS/monitoring.coreos.com_podmonitors.yaml")
+PO_CRD_MARK="$PO_CRDS/monitoring.coreos.com_podmonitors.yaml"  # one CRD file that says the set is there
+ALL_FILES=(kwok-stages.yaml "$PO_CRD_MARK")
 
 log() { printf '[build-k8s-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -239,7 +240,7 @@ m="$(missing kwok)";           [[ -z "$m" ]] || timed "kwok $KWOK_VERSION" build
 m="$(missing kubectl)";        [[ -z "$m" ]] || timed "kubectl $KUBE_VERSION" build_kube kubectl
 m="$(missing helm)";           [[ -z "$m" ]] || timed "helm $HELM_VERSION" build_helm
 m="$(missing prometheus)";     [[ -z "$m" ]] || timed "prometheus $PROMETHEUS_VERSION" build_prometheus
-m="$(missing prometheus-operator)"; [[ -f "$BIN_DIR/$PO_CRDS/monitoring.coreos.com_podmonitors.yaml" ]] || m+=" crds"
+m="$(missing prometheus-operator)"; [[ -f "$BIN_DIR/$PO_CRD_MARK" ]] || m+=" $PO_CRD_MARK"
 [[ -z "${m// /}" ]] || timed "prometheus-operator $PROMETHEUS_OPERATOR_VERSION (and its CRDs)" build_prometheus_operator
 
 m="$(missing "${ALL_BINS[@]}") $(missing_files)"

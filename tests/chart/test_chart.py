@@ -436,6 +436,11 @@ def arm_pods() -> list[dict[str, Any]]:
     return pods
 
 
+def pod_label_meta(label: str) -> str:
+    """Prometheus' kubernetes_sd meta label for a pod label (every character not [a-zA-Z0-9_] becomes _)."""
+    return f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', label)}"
+
+
 def test_the_label_names_the_operator_queries_by_are_chart_values(render: Render) -> None:
     settings = env(render())
     defaults = OperatorSettings()
@@ -472,13 +477,11 @@ def test_the_arms_pod_monitor_selects_the_arms_and_writes_the_label_names_the_op
         # the selector matches each arm pod, and the endpoint's port is the arm container's port
         assert arms["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
         assert endpoint["port"] in {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
-    meta = f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', manifests.LABEL_ARM)}"
     written = {r["sourceLabels"][0]: r["targetLabel"] for r in endpoint["relabelings"]}
-    assert written[meta] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
-    experiment_meta = (
-        f"__meta_kubernetes_pod_label_{re.sub(r'[^a-zA-Z0-9_]', '_', manifests.LABEL_EXPERIMENT)}"
+    assert written[pod_label_meta(manifests.LABEL_ARM)] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
+    assert (
+        written[pod_label_meta(manifests.LABEL_EXPERIMENT)] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
     )
-    assert written[experiment_meta] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
     assert written["__meta_kubernetes_namespace"] == env(docs)["SPECDECODE_PROM_NAMESPACE_LABEL"]
     assert written["__meta_kubernetes_pod_name"] == env(docs)["SPECDECODE_PROM_POD_LABEL"]
     # the operator's own /metrics: its pod, its metrics port, the gauges' own namespace label kept

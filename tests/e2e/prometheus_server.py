@@ -26,6 +26,8 @@ from k8s_cluster import Cluster, Component, free_port, http_ok, start_process, s
 #: The scrape job the README gives users for a Prometheus configured by hand.
 SCRAPE_CONFIGS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "scrape-configs.yaml"
 JOB_NAME = "specdecode-pods"
+#: Where hack/build-k8s-bins.sh puts the Prometheus Operator's CRDs, in the bin dir.
+PROMETHEUS_OPERATOR_CRDS = "prometheus-operator-crds"
 
 
 def pod_scrape_job() -> dict[str, Any]:
@@ -33,6 +35,18 @@ def pod_scrape_job() -> dict[str, Any]:
     jobs = yaml.safe_load(SCRAPE_CONFIGS.read_text())
     job: dict[str, Any] = next(j for j in jobs if j["job_name"] == JOB_NAME)
     return job
+
+
+def install_prometheus_operator_crds(cluster: Cluster, *plurals: str) -> None:
+    """The Prometheus Operator's own CRDs (hack/build-k8s-bins.sh keeps them beside the binaries, from its Go
+    module), applied to the cluster; waits until those named by plural (e.g. podmonitors) are Established."""
+    crds = cluster.bin_dir / PROMETHEUS_OPERATOR_CRDS
+    assert crds.is_dir(), f"{crds} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds), timeout=120)
+    for plural in plurals:
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{plural}.monitoring.coreos.com"
+        )
 
 
 class PrometheusMissingError(RuntimeError):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from k8s_cluster import Cluster
+from prometheus_server import install_prometheus_operator_crds
 from tests.factories import experiment_document
 
 from specdecode.experiment import manifests, validation
@@ -208,13 +209,8 @@ def test_the_operator_has_nothing_in_namespaces_it_does_not_serve(
 
 @pytest.fixture
 def pod_monitor_crd(cluster: Cluster) -> None:
-    """The Prometheus Operator's own PodMonitor CRD (hack/build-k8s-bins.sh takes it from its Go module)."""
-    crd = cluster.bin_dir / "prometheus-operator-crds" / "monitoring.coreos.com_podmonitors.yaml"
-    assert crd.is_file(), f"{crd} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)"
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/podmonitors.monitoring.coreos.com"
-    )
+    """The Prometheus Operator's own PodMonitor CRD in the cluster."""
+    install_prometheus_operator_crds(cluster, "podmonitors")
 
 
 def with_pod_monitors(cluster: Cluster, namespace: str, *args: str) -> str:

@@ -38,13 +38,12 @@ from k8s_cluster import (
 )
 from node_agent import NodeAgent
 from operator_process import OperatorProcess
-from prometheus_server import Prometheus, find_prometheus
+from prometheus_server import Prometheus, install_prometheus_operator_crds
 from test_chart_dry_run import helm_template
 from test_experiment import experiment, load_logs
 
 pytestmark = pytest.mark.e2e
 
-CRDS = "prometheus-operator-crds"
 RELEASE_LABEL = {"release": "kps"}  # what kube-prometheus-stack's podMonitorSelector asks for
 RELOADER_ENV = {"SHARD": "0", "POD_NAME": "prometheus-kps-0"}  # shard 0 of 1, as the StatefulSet's pod
 ARM_LABEL = "sd_arm"  # monitoring.labelNames.arm, not the default: the value must reach both sides
@@ -54,13 +53,8 @@ ARM_LABEL = "sd_arm"  # monitoring.labelNames.arm, not the default: the value mu
 def prometheus_operator(cluster: Cluster, tmp_path: Path) -> Iterator[Component]:
     """The Prometheus Operator with its CRDs, serving every namespace of the test cluster."""
     binary = cluster.bin_dir / "prometheus-operator"
-    crds = cluster.bin_dir / CRDS
-    assert binary.is_file() and crds.is_dir(), f"{binary} or {crds} missing: run `make k8s-bins`"
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds), timeout=120)
-    for plural in ("podmonitors", "prometheuses"):
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{plural}.monitoring.coreos.com"
-        )
+    assert binary.is_file(), f"{binary} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)"
+    install_prometheus_operator_crds(cluster, "podmonitors", "prometheuses")
     port = free_port()
     component = start_process(
         "prometheus-operator",
@@ -111,7 +105,7 @@ def test_an_experiment_gets_its_data_through_the_charts_pod_monitor_and_the_prom
     docs = rendered(
         cluster, namespace,
         "--set=monitoring.podMonitor.enabled=true",
-        "--set=monitoring.podMonitor.labels.release=kps",
+        *(f"--set=monitoring.podMonitor.labels.{k}={v}" for k, v in RELEASE_LABEL.items()),
         "--set=monitoring.podMonitor.interval=1s",
         f"--set=monitoring.labelNames.arm={ARM_LABEL}",
     )  # fmt: skip
@@ -138,7 +132,6 @@ def test_an_experiment_gets_its_data_through_the_charts_pod_monitor_and_the_prom
         interval=1,
     )
     prom = Prometheus(cluster, workdir=tmp_path / "prometheus", jobs=jobs)
-    prom.binary = find_prometheus(cluster.bin_dir)
     prom.start()
     # the operator's settings exactly as the chart renders them
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]

@@ -34,6 +34,14 @@ app.kubernetes.io/part-of: specdecode-operator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* Labels of the PodMonitors: the chart's, plus monitoring.podMonitor.labels (a Prometheus's podMonitorSelector). */}}
+{{- define "specdecode-operator.podMonitorLabels" -}}
+{{ include "specdecode-operator.labels" . }}
+{{- with .Values.monitoring.podMonitor.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/* The ServiceAccount the operator runs as. */}}
 {{- define "specdecode-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
