@@ -504,3 +504,10 @@ def test_pod_monitors_follow_the_served_namespaces_and_the_metrics_switch(render
     ]  # no /metrics to scrape
     assert monitors[0]["metadata"]["namespace"] == "monitoring"
     assert monitors[0]["spec"]["namespaceSelector"] == {"matchNames": ["llm", "batch"]}
+
+
+def test_an_empty_label_name_is_refused_naming_the_value(helm: Path) -> None:
+    # An empty name would reach the operator as SPECDECODE_PROM_ARM_LABEL="" and break every query.
+    res = run_helm(helm, "template", "sdx", str(CHART), "--set", "monitoring.labelNames.arm=")
+    assert res.returncode != 0
+    assert "monitoring.labelNames.arm must name a Prometheus label (it is empty)" in res.stderr, res.stderr
