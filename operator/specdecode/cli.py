@@ -350,7 +350,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
             {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
-                "name": manifests.Names(name).load_job,
+                "name": os.environ.get(manifests.JOB_NAME_ENV) or manifests.Names(name).load_job,
                 "uid": job_uid,
                 "controller": False,
                 "blockOwnerDeletion": False,

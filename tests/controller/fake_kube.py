@@ -36,6 +36,8 @@ class FakeKube:
         self.logs: dict[str, str] = {}
         """Pod name -> its log; a pod without one has no kubelet behind it (as under KWOK)."""
         self._uids = itertools.count(1)
+        self.replaced: list[str] = []
+        """Names of the objects replaced (PUT of an existing object, `Kube.replace`), in order."""
 
     # -- the Kube interface ------------------------------------------------------------------
 
@@ -53,6 +55,14 @@ class FakeKube:
         stored["metadata"] = {**stored["metadata"], "uid": kept["uid"]}
         self.store[_key(obj)] = stored
         return copy.deepcopy(stored)
+
+    async def replace(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        self._check("PUT", _kind(obj), obj)
+        self.replaced.append(str(obj["metadata"]["name"]))
+        if _key(obj) not in self.store:
+            return None
+        self.store[_key(obj)] = copy.deepcopy(dict(obj))
+        return copy.deepcopy(self.store[_key(obj)])
 
     async def get(self, kind: kube.KindRef, namespace: str, name: str) -> dict[str, Any] | None:
         self._check("GET", kind, None)

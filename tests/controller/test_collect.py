@@ -65,7 +65,7 @@ def run_collect(
             experiment,
             status.ExperimentStatus(),
             settings or OperatorSettings(),
-            job_uid=JOB_UID,
+            job_uids={None: JOB_UID},
         )
     )
 

@@ -19,7 +19,7 @@ import yaml
 from specdecode import cli, exit_status
 from specdecode.controller import collect, handlers, kube, observe, results
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, status, validation
+from specdecode.experiment import manifests, rounds, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal
 from tests.factories import experiment_document
 
@@ -479,3 +479,86 @@ def test_arms_whose_pods_differ_only_in_speculation_start_the_load_without_a_dif
     assert status["phase"] == "Running", status
     assert "armDifferences" not in status
     assert "ArmsDiffer" not in {reason for reason, _ in operator_events}
+
+
+def in_round(phase: str, round_: status.Round) -> dict[str, Any]:
+    """The status of an experiment whose stages ran on gpu-a (control) and gpu-b (treatment)."""
+    hosts = status.ArmHosts(control=status.Host(node="gpu-a"), treatment=status.Host(node="gpu-b"))
+    return status.ExperimentStatus(
+        observed_generation=1,
+        phase=status.Phase(phase),
+        phase_started_at=T0.isoformat(),
+        environment=status.Environment(arms=hosts, host_differences=["node"]),
+        rounds=[round_],
+    ).wire()
+
+
+def test_a_round_re_renders_the_arms_it_starts_again_once_pinned_to_their_nodes(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["analysis"] = {"crossover": "IfApart", "confirm": True}
+    s, _ = validation.parse_experiment(doc)
+    for child in manifests.build_all("exp", doc, s, manifests.Settings(), generation=1):
+        client.add(child)
+    operator = Operator(client, doc)
+    round_ = rounds.confirmation_round([[1, 4, 4], [5, 4096, 0]], None, crossed=False)
+    round_ = round_.model_copy(update={"nodes": status.CrossoverPlacement(treatment="gpu-b")})
+    operator.body["status"] = in_round("Deploying", round_)
+    run(operator, 2)
+    assert client.replaced == ["exp-treatment"]  # once: the second tick finds it rendered for the round
+    treatment = client.named(kube.DEPLOYMENT, "exp-treatment")["spec"]["template"]
+    assert treatment["metadata"]["annotations"][rounds.ROUND_ANNOTATION] == "Confirmation"
+    assert treatment["metadata"]["annotations"][observe.GENERATION_ANNOTATION] == "1"
+    pinned = treatment["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert pinned["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-b"]
+    args = " ".join(treatment["spec"]["containers"][0]["args"])
+    assert '"num_speculative_tokens_per_batch_size":[[1,4,4],[5,4096,0]]' in args
+    control = client.named(kube.DEPLOYMENT, "exp-control")["spec"]["template"]
+    assert rounds.ROUND_ANNOTATION not in control["metadata"]["annotations"]  # it keeps serving
+
+
+def ready_pod(arm: str, round_name: str) -> dict[str, Any]:
+    """An arm's pod rendered for a round, Ready on its node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"exp-{arm}-{round_name.lower()}",
+            "labels": {manifests.LABEL_EXPERIMENT: "exp", manifests.LABEL_ARM: arm},
+            "annotations": {observe.GENERATION_ANNOTATION: "1", manifests.ROUND_ANNOTATION: round_name},
+        },
+        "spec": {"nodeName": "gpu-a" if arm == "treatment" else "gpu-b"},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "engine", "ready": True}]},
+    }
+
+
+def test_a_round_s_load_reads_its_own_spec_with_the_salt_of_the_stages_load(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document()
+    doc["spec"]["analysis"] = {"crossover": "IfApart"}
+    s, _ = validation.parse_experiment(doc)
+    for child in manifests.build_all("exp", doc, s, manifests.Settings(), generation=1):
+        client.add(child)
+    for arm in ("control", "treatment"):
+        client.add(ready_pod(arm, "Crossover"))
+    operator = Operator(client, doc)
+    stages = in_round("Running", rounds.crossover_round(None))
+    operator.body["status"] = {**stages, "rounds": []}
+    assert run(operator)["phase"] == "Running"
+    stages_job = client.named(kube.JOB, "exp-load")
+    operator.body["status"] = stages
+    assert run(operator)["phase"] == "Running"
+    job = client.named(kube.JOB, "exp-load-crossover")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    first_args = stages_job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--salt") + 1] == first_args[first_args.index("--salt") + 1]
+    spec_map = client.named(kube.CONFIG_MAP, "exp-spec-crossover")
+    assert spec_map["metadata"]["annotations"][observe.GENERATION_ANNOTATION] == "1"
+    round_doc = yaml.safe_load(spec_map["data"][manifests.EXPERIMENT_FILE])
+    assert round_doc["spec"]["analysis"]["sequential"] is False
+    assert round_doc["spec"]["workload"]["stages"][0]["requests"] == 50  # half of requestsPerStage 100
+    assert manifests.document_generation(round_doc) == 1

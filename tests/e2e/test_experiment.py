@@ -177,7 +177,7 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     started = time.time()
     try:
         operator.apply(doc)
-        status, scraped = run_to_the_end(operator, prometheus, node_agent, name)
+        status, scraped = run_to_the_end(operator, prometheus, node_agent, name, timeout=360)
         if status.get("phase") == "Completed":
             assert_the_dashboard_shows(prometheus, operator.namespace, name, started)
     finally:
@@ -186,11 +186,21 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert status["phase"] == "Completed", detail
     assert status["verdict"] == verdict, detail
     assert scraped == {"control", "treatment"}, f"Prometheus scraped {scraped}"
-    # analysis.confirm: the operator does not run the confirmation round yet, and says so
+    # analysis.confirm: the tiny draft's recommended schedule (k = 4 up to 4096 running requests) is
+    # checked by a round with the treatment re-rendered; the rejected 1b draft has none to check.
     recommendation = status["recommendation"]
-    assert (
-        recommendation["confirmationReason"] == "NotSupportedByOperator" and "confirmed" not in recommendation
-    )
+    if verdict == "Promote":
+        assert recommendation["numSpeculativeTokensPerBatchSize"] == [[1, 4096, 4]], detail
+        assert [(r["name"], r["outcome"]) for r in status["rounds"]] == [("Confirmation", "Measured")], detail
+        assert (recommendation["confirmationReason"], recommendation.get("confirmed")) == (
+            "Confirmed",
+            True,
+        ), detail
+        (confirmed,) = recommendation["confirmation"]
+        assert (confirmed["name"], confirmed["k"], confirmed["verdict"]) == ("c1", 4, "Pass"), detail
+        assert confirmed["speedup"]["n"] == 80, detail  # the round runs the stage to its bound
+    else:
+        assert recommendation["confirmationReason"] == "NoSchedule" and "rounds" not in status, detail
 
     (stage,) = status["stages"]
     assert stage["name"] == "c1"
@@ -212,10 +222,15 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
         if cm["metadata"]["name"].startswith(f"{name}-results")
     ]
     assert results, "the load Job wrote no results ConfigMap"
-    job_uid = operator.get("job", f"{name}-load")["metadata"]["uid"]
+    jobs = {j["metadata"]["name"]: j["metadata"]["uid"] for j in operator.get("jobs")["items"]}
+    confirmation = f"{name}-results-confirmation-"
     for cm in results:  # owned by the experiment (deleted with it) and by the Job that wrote it (trusted)
-        owners = [(o["kind"], o["uid"]) for o in cm["metadata"].get("ownerReferences", [])]
-        assert owners == [("SpecDecodeExperiment", uid), ("Job", job_uid)]
+        owners = [(o["kind"], o["name"], o["uid"]) for o in cm["metadata"].get("ownerReferences", [])]
+        writer = (
+            f"{name}-load-confirmation" if cm["metadata"]["name"].startswith(confirmation) else f"{name}-load"
+        )
+        assert owners == [("SpecDecodeExperiment", name, uid), ("Job", writer, jobs[writer])]
+    assert any(cm["metadata"]["name"].startswith(confirmation) for cm in results) is (verdict == "Promote")
 
     load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
@@ -603,12 +618,13 @@ def test_a_simulated_experiment_completes_in_a_namespace_enforcing_pod_security_
     assert status["phase"] == "Completed" and status["verdict"] == "Promote", detail
 
 
-def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_on(
+def test_a_neutral_treatment_on_a_slower_node_is_flagged_and_the_crossover_swaps_it_out_of_a_promote(
     operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
 ) -> None:
     """Issue 22: speculation made neutral (nothing accepted, drafts free, k = 1), the arms forced onto
     different nodes (5 GPUs each, 8 per node), one node 10% slower: whichever arm lands there, the
-    placement is measured as a 1.1x speed-up or slow-down, and the status says where each arm ran."""
+    placement is measured as a 1.1x speed-up or slow-down, the status says where each arm ran, and
+    the crossover swaps the arms' nodes, measures the placement effect and never promotes."""
     name = "placed"
     doc = experiment(name, "h200-8b-draft-tiny")
     doc["spec"]["engine"]["simulator"].update(
@@ -621,7 +637,7 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     node_agent.node_env[slow] = {"SPECDECODE_SIM_SPEED_FACTOR": "1.1"}
     try:
         operator.apply(doc)
-        status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+        status, _ = run_to_the_end(operator, prometheus, node_agent, name, timeout=420)
     finally:
         del node_agent.node_env[slow]
     detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
@@ -636,14 +652,18 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_with_the_nodes_it_ran_o
     # The placement alone: 1.1x when the control got the slow node, 1/1.1 when the treatment did.
     placement_effect = 1.1 if nodes["control"] == slow else 1 / 1.1
     assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(placement_effect, rel=0.04), detail
-    # The crossover was asked for (IfApart) and the arms are apart, but the operator does not swap
-    # nodes (run --local swaps GPUs): it says so and no pass stands, so the placement never promotes.
+    # The crossover (IfApart, the arms apart): both arms start again on each other's node for half
+    # the requests, and the two rounds separate the placement from the speculation.
     crossover = status["crossover"]
-    assert (crossover["mode"], crossover["ran"], crossover["reason"]) == (
-        "IfApart",
-        False,
-        "NotSupportedByOperator",
-    ), detail
+    assert (crossover["mode"], crossover["ran"]) == ("IfApart", True), detail
+    assert crossover["rounds"] == [nodes, {"control": nodes["treatment"], "treatment": nodes["control"]}], (
+        detail
+    )
+    assert [(r["name"], r["outcome"]) for r in status["rounds"]] == [("Crossover", "Measured")], detail
+    # Had the arms not really moved, both rounds would measure the same and the effect would be 1.
+    assert crossover["effects"]["c1"] == pytest.approx(placement_effect, rel=0.04), detail
+    placed = status["stages"][0]["placement"]
+    assert placed["speedup"] == pytest.approx(1.0, abs=0.04), detail  # speculation made neutral
     assert status["verdict"] != "Promote", detail
     if nodes["control"] == slow:  # measured 1.1x > minSpeedup 1.05: the pass the placement made is withheld
         assert (status["verdict"], status["reason"], crossover["demoted"]) == (

@@ -134,14 +134,11 @@ def test_the_treatment_of_the_round_is_rendered_with_the_schedule() -> None:
 def test_not_run_says_why_and_the_summary_line_names_each_stage() -> None:
     rec = confirm.not_run(
         Recommendation(num_speculative_tokens_per_batch_size=SCHEDULE),
-        confirm.Reason.NOT_SUPPORTED_BY_OPERATOR,
+        confirm.Reason.ROUND_FAILED,
     )
-    assert (
-        rec.confirmed is None
-        and rec.confirmation_reason == "NotSupportedByOperator"
-        and rec.confirmation == []
-    )
-    assert confirm.summary(rec) == "confirmation NotSupportedByOperator"
+    assert rec.confirmed is None and rec.confirmation_reason == "RoundFailed" and rec.confirmation == []
+    assert rec.num_speculative_tokens_per_batch_size == SCHEDULE
+    assert confirm.summary(rec) == "confirmation RoundFailed"
     done = Recommendation(
         confirmed=True,
         confirmation_reason="Confirmed",
@@ -213,16 +210,3 @@ def test_confirm_is_refused_where_it_cannot_work(kwargs: dict[str, Any], fragmen
 def test_a_deprecated_mtp_name_is_not_refused_for_confirm_only_for_its_spelling() -> None:
     found = problems(speculative={"method": "qwen3_next_mtp", "numSpeculativeTokens": 2})
     assert found and not any(f.startswith("spec.analysis.confirm") for f in found), found
-
-
-def test_where_the_round_is_not_run_a_confirm_experiment_says_so_and_others_are_unchanged() -> None:
-    rec = Recommendation(num_speculative_tokens_per_batch_size=SCHEDULE, note="n")
-    operator = confirm.Reason.NOT_SUPPORTED_BY_OPERATOR
-    said = confirm.unless_run(make_spec(), rec, operator)
-    assert (
-        said is not None and said.confirmed is None and said.confirmation_reason == "NotSupportedByOperator"
-    )
-    assert said.num_speculative_tokens_per_batch_size == SCHEDULE and said.note == "n"
-    plain, _ = validation.parse_experiment(experiment_document())
-    assert confirm.unless_run(plain, rec, operator) is rec
-    assert confirm.unless_run(plain, None, operator) is None

@@ -205,47 +205,6 @@ def test_if_apart_runs_only_where_the_hosts_differ_and_off_never() -> None:
     assert crossover.not_apart(experiment(crossover="IfApart").analysis).reason == "NotApart"
 
 
-def apart(control: str = "gpu-0", treatment: str = "gpu-1") -> status.Environment:
-    hosts = status.ArmHosts(control=status.Host(node=control), treatment=status.Host(node=treatment))
-    return status.Environment(arms=hosts, host_differences=["node"] if control != treatment else [])
-
-
-def test_the_operator_withholds_a_pass_it_was_asked_to_check_on_arms_apart() -> None:
-    """The operator does not swap nodes: with the check asked for and the arms apart, no pass stands."""
-    s = experiment(crossover="IfApart")
-    first = [stage("c1", 1.10, 0.02, StageVerdict.PASS), stage("c4", 0.9, 0.02, StageVerdict.FAIL)]
-    judged, block = crossover.by_operator(s, analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed"), apart())
-    assert block is not None
-    assert (block.mode, block.ran, block.reason, block.demoted) == (
-        "IfApart",
-        False,
-        "NotSupportedByOperator",
-        ["c1"],
-    )
-    assert block.rounds == [CrossoverPlacement(control="gpu-0", treatment="gpu-1")]
-    assert (
-        judged.stages[0].verdict is StageVerdict.INCONCLUSIVE
-        and judged.stages[1].verdict is StageVerdict.FAIL
-    )
-    assert judged.verdict is Verdict.REJECT  # the Fail decides; the crossover changes nothing there
-    only_pass = [stage("c1", 1.10, 0.02, StageVerdict.PASS)]
-    judged, _ = crossover.by_operator(s, analysis_of(only_pass, Verdict.PROMOTE, "SpeedupConfirmed"), apart())
-    assert (judged.verdict, judged.reason) == (Verdict.INCONCLUSIVE, "PlacementEffect")
-    assert judged.message.endswith(
-        "so with the arms on different hosts no pass stands; co-locate them (spec.placement.colocate: Required)"
-    )
-
-
-@pytest.mark.parametrize(("mode", "reason"), [("IfApart", "NotApart"), ("Always", "SamePlacement")])
-def test_the_operator_leaves_arms_on_one_host_as_they_are(mode: str, reason: str) -> None:
-    s = experiment(crossover=mode)
-    before = analysis_of([stage("c1", 1.5, 0.02, StageVerdict.PASS)], Verdict.PROMOTE, "SpeedupConfirmed")
-    judged, block = crossover.by_operator(s, before, apart("gpu-0", "gpu-0"))
-    assert judged is before
-    assert block is not None and (block.ran, block.reason) == (False, reason)
-    assert crossover.by_operator(experiment(), before, apart()) == (before, None)
-
-
 def test_the_swapped_round_measures_a_fraction_of_each_stage_at_a_fixed_horizon() -> None:
     s = crossover.swapped_spec(experiment(crossover="Always", crossoverFraction=0.3))
     assert [st.requests for st in s.workload.stages] == [30, 12]
@@ -264,7 +223,7 @@ def test_the_operator_carries_the_crossover_block_into_the_completed_status() ->
     parsed, name = validation.parse_experiment(experiment_document(analysis={"crossover": "IfApart"}))
     subject = reconcile.Subject(name=name, generation=1, spec=parsed)
     current = status.ExperimentStatus(observed_generation=1, phase=status.Phase.ANALYZING)
-    block = status.CrossoverResult(mode="IfApart", reason="NotSupportedByOperator", demoted=["low"])
+    block = status.CrossoverResult(mode="IfApart", ran=True, effects={"low": 1.2}, demoted=["low"])
     judged = reconcile.Judgement(
         verdict=Verdict.INCONCLUSIVE,
         reason="PlacementEffect",

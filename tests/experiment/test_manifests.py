@@ -313,11 +313,15 @@ def test_load_job_targets_both_services_once() -> None:
     assert pod["containers"][0]["image"] == "specdecode:test"
 
 
-def test_the_load_pod_knows_its_job_s_uid_to_own_its_results_by_it() -> None:
+def test_the_load_pod_knows_its_job_s_uid_and_name_to_own_its_results_by_it() -> None:
     job = manifests.build_load_job("exp", experiment(), SETTINGS)
     env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env[manifests.JOB_UID_ENV]["valueFrom"] == {
         "fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}
+    }
+    # A round's Job (`<exp>-load-crossover`) names itself as the owner, not `<exp>-load`.
+    assert env[manifests.JOB_NAME_ENV]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}
     }
 
 

@@ -98,9 +98,11 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 # Application: the children of an experiment: both arms (Deployment, Service), the NetworkPolicy
 # around them, and the load Job with its ServiceAccount, Role and RoleBinding. Created if absent,
 # read back, listed by label and deleted by the cleanup policy (controller/kube.py); never patched.
+# Deployments are also replaced (update) once per round after the stages: the crossover pins each arm
+# to the other's node, the confirmation renders the treatment with its schedule (experiment/rounds.py).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [create, get, list, delete]
+  verbs: [create, get, list, update, delete]
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [create, get, list, delete]

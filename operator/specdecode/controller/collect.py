@@ -35,6 +35,7 @@ from specdecode.experiment import (
     promql,
     reconcile,
     records,
+    rounds,
     spec,
     status,
     verdict,
@@ -215,10 +216,16 @@ async def store_report(
 
 
 async def read_results(
-    kube: Kube, metadata: Mapping[str, Any], settings: OperatorSettings, *, job_uid: str | None
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    settings: OperatorSettings,
+    *,
+    job_uid: str | None,
+    round_name: str | None = None,
 ) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
-    """The results that this generation's load Job (`job_uid`) stored, parsed off the event loop;
-    raises `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`)."""
+    """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
+    parsed off the event loop; raises `results.ResultsError` (a ValueError of parsing becomes
+    `ResultsCorrupt`)."""
     files = await results.download(
         kube,
         namespace=str(metadata["namespace"]),
@@ -226,6 +233,7 @@ async def read_results(
         generation=int(metadata.get("generation") or 1),
         job_uid=job_uid,
         limits=settings.results_limits,
+        round_name=round_name,
     )
     try:
         return await in_analysis_lane(parse_results, files)
@@ -233,20 +241,24 @@ async def read_results(
         raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
-async def collect(
+Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
+
+
+async def measured(
     kube: Kube,
-    body: Mapping[str, Any],
+    metadata: Mapping[str, Any],
     experiment: spec.ExperimentSpec,
-    current: status.ExperimentStatus,
     settings: OperatorSettings,
     *,
     job_uid: str | None,
-) -> reconcile.Judgement | reconcile.CollectFailure:
-    """Results + Prometheus -> verdict, or why not."""
-    metadata = body["metadata"]
+    round_name: str | None = None,
+) -> Measured | reconcile.CollectFailure:
+    """One round's results (None: the stages) with each window's server metrics from Prometheus."""
     name, namespace = metadata["name"], metadata["namespace"]
     try:
-        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
+        recs, anchor, windows, summary = await read_results(
+            kube, metadata, settings, job_uid=job_uid, round_name=round_name
+        )
     except results.ResultsError as exc:
         return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
     url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
@@ -273,27 +285,69 @@ async def collect(
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
             f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
+    return recs, anchor, windows, summary
+
+
+async def collect(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+    *,
+    job_uids: Mapping[str | None, str | None],
+) -> reconcile.Judgement | reconcile.CollectFailure:
+    """Results + Prometheus -> verdict, or why not; or the round owed before the verdict (`rounds.py`).
+
+    `job_uids`: the uid of each load Job by round (None: the stages' Job). Every round measured so
+    far is folded in: the crossover's (`crossover.apply`), then the confirmation's (`confirm.fold`).
+    """
+    metadata = body["metadata"]
+    name = metadata["name"]
+    first = await measured(kube, metadata, experiment, settings, job_uid=job_uids.get(None))
+    if isinstance(first, reconcile.CollectFailure):
+        return first
+    recs, anchor, windows, summary = first
     try:
         analysis = await in_analysis_lane(
             verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
+        )
+        analysis, checked, owed = await _crossover(
+            kube, metadata, experiment, current, settings, analysis, job_uids
         )
     except (ArithmeticError, ValueError, TypeError) as exc:
         # The same data fails the same way on every try: a reason, not an operator retrying forever.
         return reconcile.CollectFailure(
             "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
         )
-    # Issue 22: the operator does not swap the arms' nodes; a Promote it was asked to check is withheld.
-    analysis, checked = crossover.by_operator(experiment, analysis, current.environment)
+    if isinstance(checked, reconcile.CollectFailure):
+        return checked
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
-    # analysis.confirm: the confirmation round runs in `specdecode run --local` only, for now.
-    recommendation = confirm.unless_run(
-        experiment, analysis.recommendation, confirm.Reason.NOT_SUPPORTED_BY_OPERATOR
-    )
-    judged = analysis.apply(current).model_copy(
-        update={"crossover": checked, "recommendation": recommendation}
-    )
     message = analysis.message
+    recommendation = analysis.recommendation
+    if owed is None and experiment.analysis.confirm:
+        confirmed = await _confirmation(kube, metadata, experiment, current, settings, analysis, job_uids)
+        if isinstance(confirmed, reconcile.CollectFailure):
+            return confirmed
+        recommendation, owed, note = confirmed
+        message = f"{message}; {note}" if note else message
+    stages = with_times(analysis.stages, windows, anchor)
+    if owed is not None:
+        return reconcile.Judgement(
+            verdict=analysis.verdict,
+            reason=str(analysis.reason),
+            message=message,
+            stages=stages,
+            recommendation=recommendation,
+            crossover=checked,
+            speedup_summary=analysis.speedup_summary,
+            validity=summary.get("validity"),
+            next_round=owed,
+        )
+    judged = analysis.apply(current).model_copy(
+        update={"crossover": checked, "recommendation": recommendation, "message": message}
+    )
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
         await store_report(kube, judged, recs, windows, experiment, metadata)
@@ -303,7 +357,7 @@ async def collect(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
         message=message,
-        stages=with_times(analysis.stages, windows, anchor),
+        stages=stages,
         recommendation=recommendation,
         noise_floor=analysis.noise_floor,
         crossover=checked,
@@ -311,6 +365,105 @@ async def collect(
         validity=summary.get("validity"),
         results_ref=ref,
     )
+
+
+async def _crossover(
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+    analysis: verdict.Analysis,
+    job_uids: Mapping[str | None, str | None],
+) -> tuple[verdict.Analysis, status.CrossoverResult | reconcile.CollectFailure | None, status.Round | None]:
+    """`analysis.crossover`: whether the swapped round is owed (the third item), or the stages'
+    analysis with the swapped round folded in, and `status.crossover`."""
+    a = experiment.analysis
+    if a.crossover is spec.Crossover.OFF:
+        return analysis, None, None
+    environment = current.environment
+    if analysis.verdict is None:
+        return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check"), None
+    if not crossover.wanted(a, environment):
+        return analysis, crossover.not_apart(a), None
+    first = rounds.first_nodes(environment)
+    if environment is None or not environment.host_differences or first.control == first.treatment:
+        why = "both arms ran on one node (each on its own GPUs): nothing to swap"
+        return analysis, crossover.skipped(a, crossover.SAME_PLACEMENT, why), None
+    round_ = rounds.find(current, rounds.CROSSOVER)
+    if round_ is None:
+        if first.control is None or first.treatment is None:
+            return (
+                *crossover.apply(experiment, analysis, [], [first], failure="the arms' nodes are unknown"),
+                None,
+            )
+        return analysis, None, rounds.crossover_round(environment)
+    placements = rounds.placements(environment, round_)
+    if round_.outcome == rounds.FAILED:
+        return (
+            *crossover.apply(experiment, analysis, [], placements, failure=round_.message or "failed"),
+            None,
+        )
+    swapped = await measured(
+        kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
+    )
+    if isinstance(swapped, reconcile.CollectFailure):
+        if swapped.transient:
+            return analysis, swapped, None
+        failure = f"{swapped.reason}: {swapped.message}"
+        return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
+    recs, _, windows, summary = swapped
+    validity = summary.get("validity")
+    if isinstance(validity, dict) and not bool(validity.get("valid", True)):
+        why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+        failure = f"its measurement is invalid: {why}"
+        return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
+    round_spec = rounds.load_spec(experiment, round_)
+    judged = await in_analysis_lane(verdict.analyse, round_spec, recs, windows, validity=validity)
+    return (*crossover.apply(experiment, analysis, judged.stages, placements), None)
+
+
+async def _confirmation(
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+    analysis: verdict.Analysis,
+    job_uids: Mapping[str | None, str | None],
+) -> tuple[status.Recommendation | None, status.Round | None, str | None] | reconcile.CollectFailure:
+    """`analysis.confirm`: (the recommendation with its confirmation, the round if it is owed, a note
+    for the message), or a transient failure to retry."""
+    rec = analysis.recommendation
+    round_ = rounds.find(current, rounds.CONFIRMATION)
+    if round_ is None:
+        schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
+        if schedule is None:
+            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE), None, None
+        crossed = rounds.find(current, rounds.CROSSOVER) is not None
+        return rec, rounds.confirmation_round(schedule, current.environment, crossed=crossed), None
+    failed = confirm.not_run(rec, confirm.Reason.ROUND_FAILED)
+    if round_.outcome == rounds.FAILED or round_.schedule is None:
+        return failed, None, f"the confirmation round failed: {round_.message}"
+    second = await measured(
+        kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
+    )
+    if isinstance(second, reconcile.CollectFailure):
+        if second.transient:
+            return second
+        return failed, None, f"the confirmation round failed: {second.reason}: {second.message}"
+    recs, _, windows, summary = second
+    planned = confirm.plan(experiment, analysis.stages, round_.schedule)
+    judged = await in_analysis_lane(
+        confirm.judge,
+        rounds.arm_spec(experiment, round_),
+        planned,
+        recs,
+        windows,
+        validity=summary.get("validity"),
+    )
+    folded = confirm.fold(rec or status.Recommendation(), judged)
+    return folded, None, None
 
 
 async def salvage(

@@ -28,7 +28,7 @@ import kopf
 from specdecode.controller import collect, kube, lease, observe, results
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import degradations, manifests, reconcile, spec, status, validation
+from specdecode.experiment import degradations, manifests, reconcile, rounds, spec, status, validation
 
 SETTINGS = OperatorSettings.from_env()
 
@@ -126,7 +126,7 @@ async def _reconcile(
         observed, stale = await _observe(body, subject, current, memo, logger)
         decision = reconcile.decide(subject, current, observed, now, settings.timing)
         decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
-        await _carry_out(decision.actions, body, document, subject, memo, stale)
+        await _carry_out(decision.actions, body, document, subject, memo, stale, decision.status.rounds)
     except Exception as exc:
         # Retried every tick, but the phase's deadline still applies (style.md §9 would have kopf
         # retry: a fault that never goes away would then hold the arms' GPUs forever).
@@ -172,8 +172,15 @@ async def _observe(
         client.select(kube.JOB, namespace, selector),
         client.select_metadata(kube.CONFIG_MAP, namespace, selector),
     )
+    in_progress = rounds.current(current) if current.observed_generation == generation else None
     observed = observe.observe(
-        name, generation, deployments=deployments, pods=pods, jobs=jobs, config_maps=config_maps
+        name,
+        generation,
+        deployments=deployments,
+        pods=pods,
+        jobs=jobs,
+        config_maps=config_maps,
+        round_name=in_progress.name if in_progress is not None else None,
     )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
@@ -191,11 +198,15 @@ async def _observe(
         )
     analyzing = current.phase is status.Phase.ANALYZING and current.observed_generation == generation
     if analyzing and subject.spec is not None:
+        names = manifests.Names(name)
+        uids = {str(j["metadata"]["name"]): j["metadata"].get("uid") for j in jobs}
+        job_uids = {
+            round_name: uids.get(names.load_job_of(round_name))
+            for round_name in [None, *(r.name for r in current.rounds)]
+        }
         observed = replace(
             observed,
-            analysis=await collect.collect(
-                client, body, subject.spec, current, settings, job_uid=observed.job.uid
-            ),
+            analysis=await collect.collect(client, body, subject.spec, current, settings, job_uids=job_uids),
         )
     # List items carry no apiVersion/kind: remember which list each came from.
     listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]
@@ -219,6 +230,8 @@ async def _salvaged(
 ) -> reconcile.Decision:
     """A run failing during the load keeps the stages it finished (the failure stands either way)."""
     running = current.phase is status.Phase.RUNNING and current.observed_generation == subject.generation
+    if rounds.current(current) is not None:  # a round that fails does not fail the experiment
+        return decision
     if not running or decision.status.phase is not status.Phase.FAILED or subject.spec is None:
         return decision
     try:
@@ -238,9 +251,12 @@ async def _carry_out(
     subject: reconcile.Subject,
     memo: kopf.Memo,
     stale: list[tuple[kube.KindRef, str]],
+    rounds_run: Sequence[status.Round] = (),
 ) -> None:
+    """The decision's actions, in order (`rounds_run`: the new status's `rounds`, which the round's
+    children are built from)."""
     for action in actions:
-        await _apply(action, memo.kube, body, document, subject, memo.settings, stale)
+        await _apply(action, memo.kube, body, document, subject, memo.settings, stale, rounds_run)
 
 
 async def _after_fault(
@@ -265,7 +281,7 @@ async def _after_fault(
         subject, current, fault, now, timing, attempted=attempted, observed=observed
     )
     try:
-        await _carry_out(decision.actions, body, document, subject, memo, [])
+        await _carry_out(decision.actions, body, document, subject, memo, [], decision.status.rounds)
     except Exception as again:
         decision = reconcile.decide_after_fault(
             subject, current, _fault(again), now, timing, attempted=decision
@@ -353,9 +369,12 @@ async def _apply(
     subject: reconcile.Subject,
     settings: OperatorSettings,
     stale: list[tuple[kube.KindRef, str]],
+    rounds_run: Sequence[status.Round] = (),
 ) -> None:
     namespace = str(body.metadata.namespace)
     name = subject.name
+    last = rounds_run[-1] if rounds_run else None
+    in_progress = last if last is not None and last.outcome is None else None
     if action is reconcile.Action.DELETE_STALE:
         for kind, stale_name in stale:
             await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
@@ -372,16 +391,20 @@ async def _apply(
             await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
         return
     if action is reconcile.Action.DELETE_LOAD:
-        job = manifests.Names(name).load_job
+        job = manifests.Names(name).load_job_of(last.name if last is not None else None)
         await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
         return
     if subject.spec is None:  # decide() asks for children only of a spec that validated
         raise kopf.PermanentError(f"{action.value}: the experiment has no valid spec to render")
+    if action is reconcile.Action.CREATE_ARMS and in_progress is not None:
+        await _round_arms(client, body, subject, subject.spec, settings, in_progress)
+        return
     if action is reconcile.Action.CREATE_ARMS:
         children = manifests.build_all(
             name, document, subject.spec, settings.render, generation=subject.generation
         )
     else:
+        round_name = in_progress.name if in_progress is not None else None
         children = [
             manifests.build_load_job(
                 name,
@@ -389,8 +412,24 @@ async def _apply(
                 settings.render,
                 owner_uid=str(body.metadata.uid),
                 generation=subject.generation,
+                round_name=round_name,
+                salt=manifests.load_salt(
+                    subject.spec.engine.seed, str(body.metadata.uid), subject.generation
+                ),
             )
         ]
+        if in_progress is not None:  # the round's own spec: its requests, its schedule
+            round_spec = rounds.load_spec(subject.spec, in_progress)
+            round_document = {
+                **document,
+                "spec": round_spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+            children.insert(
+                0,
+                manifests.build_spec_config_map(
+                    name, round_document, subject.generation, round_name=round_name
+                ),
+            )
     for child in children:
         built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
         child["metadata"].setdefault("annotations", {}).update(built_for)
@@ -402,6 +441,54 @@ async def _apply(
         if not observe.owned_by(existing, str(body.metadata.uid)):
             # Not adopted: a foreign Service, Role or spec ConfigMap would be used as ours.
             raise ChildNotOwned(what)
+
+
+async def _round_arms(
+    client: kube.Kube,
+    body: kopf.Body,
+    subject: reconcile.Subject,
+    experiment: spec.ExperimentSpec,
+    settings: OperatorSettings,
+    round_: status.Round,
+) -> None:
+    """The arms the round starts again, re-rendered for it (`rounds.arm_spec`, pinned to its nodes):
+    each Deployment's pod template is replaced once (Recreate: the old pod goes, then the new one
+    comes); a Deployment already rendered for the round is left alone."""
+    namespace = str(body.metadata.namespace)
+    rendered = rounds.arm_spec(experiment, round_)
+    for arm in rounds.started(round_):
+        wanted = manifests.build_deployment(
+            subject.name,
+            rendered,
+            arm,
+            settings.render,
+            round_name=round_.name,
+            node=rounds.node(round_, arm),
+        )
+        what = f"Deployment {wanted['metadata']['name']}"
+        existing = await _child(client.get(kube.DEPLOYMENT, namespace, wanted["metadata"]["name"]), what)
+        if existing is None:
+            raise ChildFailed(what) from RuntimeError("the arm's Deployment is gone")
+        template = existing["spec"]["template"]
+        if (template.get("metadata", {}).get("annotations") or {}).get(
+            rounds.ROUND_ANNOTATION
+        ) == round_.name:
+            continue
+        built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
+        wanted["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
+        replaced = {
+            **existing,
+            "metadata": {
+                **existing["metadata"],
+                "annotations": {
+                    **(existing["metadata"].get("annotations") or {}),
+                    **wanted["metadata"]["annotations"],
+                },
+            },
+            "spec": {**existing["spec"], "template": wanted["spec"]["template"]},
+        }
+        # A conflict (someone wrote it since it was read) is retried on the next tick.
+        await _child(client.replace(replaced, namespace), what)
 
 
 async def _child(call: Awaitable[Any], child: str) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from specdecode.experiment import fairness, manifests, reconcile, spec, status
+from specdecode.experiment import fairness, manifests, reconcile, rounds, spec, status
 
 GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
 
@@ -66,6 +66,7 @@ def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
         last_exit_code=exit_code,
         restarts=restarts,
         image_id=image_id,
+        round=((pod.get("metadata") or {}).get("annotations") or {}).get(rounds.ROUND_ANNOTATION),
     )
 
 
@@ -158,8 +159,11 @@ def observe(
     pods: Sequence[Mapping[str, Any]],
     jobs: Sequence[Mapping[str, Any]],
     config_maps: Sequence[Mapping[str, Any]] = (),
+    round_name: str | None = None,
 ) -> reconcile.Observed:
     """Everything the decision function needs, from lists of the experiment's children.
+
+    `round_name`: the round in progress (`rounds.current`), whose load Job is the one observed.
 
     `config_maps`: the experiment's ConfigMaps (metadata is enough). The spec the load Job reads and
     the results it wrote are stale once built for another generation, like the Deployments and the
@@ -171,7 +175,7 @@ def observe(
         o
         for o in config_maps
         if (n := str(o["metadata"]["name"])) == names.spec_config_map
-        or n.startswith(f"{names.results_prefix}-")
+        or n.startswith((f"{names.spec_config_map}-", f"{names.results_prefix}-"))
     ]
     stale = tuple(
         [
@@ -188,12 +192,14 @@ def observe(
         arm_pods = [p for p in _of_arm(pods, arm) if generation_of(p) in (None, generation)]
         # (not the old generation's pods, still terminating)
         arms[arm] = arm_state(by_name.get(names.arm(arm)), arm_pods)
+    job_name = names.load_job_of(round_name)
     load_pods = [
         p
         for p in pods
         if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_COMPONENT) == "load"
+        and _job_name(p, default=job_name) == job_name
     ]
-    job = job_state(by_name.get(names.load_job), load_pods)
+    job = job_state(by_name.get(job_name), load_pods)
     return reconcile.Observed(arms=arms, job=job, stale_children=stale)
 
 
@@ -258,6 +264,12 @@ def arm_pods(
 ) -> dict[spec.Arm, fairness.ArmPod]:
     """Each placed arm's pod as `fairness` compares it (`hosts`: from `arm_hosts`)."""
     return {arm: arm_pod(pod, hosts.get(arm)) for arm, pod in placed_pods(pods).items()}
+
+
+def _job_name(pod: Mapping[str, Any], *, default: str) -> str:
+    """The Job a pod belongs to (its `batch.kubernetes.io/job-name` label, or the older `job-name`)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(manifests.JOB_NAME_LABEL) or labels.get("job-name") or default)
 
 
 def _of_arm(pods: Sequence[Mapping[str, Any]], arm: spec.Arm) -> list[Mapping[str, Any]]:

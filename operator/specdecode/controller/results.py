@@ -247,30 +247,31 @@ async def download(
     generation: int,
     job_uid: str | None,
     limits: Limits = Limits(),
+    round_name: str | None = None,
 ) -> dict[str, str]:
-    """The result files that load Job `job_uid` stored for `generation` of an experiment."""
+    """The result files that load Job `job_uid` stored for `generation` of an experiment (of the
+    round `round_name`: `rounds.py`; None: the stages)."""
     names = manifests.Names(experiment)
+    prefix, job_name = names.results_prefix_of(round_name), names.load_job_of(round_name)
     if not job_uid:
-        raise ResultsUntrusted(
-            f"the load Job {names.load_job} is gone, so nothing shows who wrote the results"
-        )
-    first = await kube.get(CONFIG_MAP, namespace, f"{names.results_prefix}-0")
+        raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows who wrote the results")
+    first = await kube.get(CONFIG_MAP, namespace, f"{prefix}-0")
     if first is None:
         raise ResultsMissing("the load Job stored no results")
-    total = _total(first, names.results_prefix)
+    total = _total(first, prefix)
     if total > limits.max_parts:
         raise ResultsTooLarge(
-            f"{names.results_prefix}-0 announces {total} parts, more than the {limits.max_parts} "
+            f"{prefix}-0 announces {total} parts, more than the {limits.max_parts} "
             f"the operator reads ({_mib(limits.max_bytes)}, SPECDECODE_RESULTS_MAX_BYTES)"
         )
     bundle = _annotation(first, DIGEST_ANNOTATION)
     hashed = hashlib.sha256()
     inflater = _Inflater(limits.max_bytes)
     for i in range(total):
-        cm = first if i == 0 else await kube.get(CONFIG_MAP, namespace, f"{names.results_prefix}-{i}")
+        cm = first if i == 0 else await kube.get(CONFIG_MAP, namespace, f"{prefix}-{i}")
         if cm is None:
-            raise ResultsMissing(f"result part {i} of {total} ({names.results_prefix}-{i}) is missing")
-        part = _trusted_part(cm, i, total, bundle, generation=generation, job=(names.load_job, job_uid))
+            raise ResultsMissing(f"result part {i} of {total} ({prefix}-{i}) is missing")
+        part = _trusted_part(cm, i, total, bundle, generation=generation, job=(job_name, job_uid))
         hashed.update(part)
         inflater.feed(part)
     if f"sha256:{hashed.hexdigest()}" != bundle:

@@ -58,8 +58,6 @@ class Reason(StrEnum):
     """The recommendation has no schedule to confirm."""
     ARMS_NOT_STARTED_HERE = "ArmsNotStartedHere"
     """The arms were given as URLs: the treatment cannot be restarted with the schedule."""
-    NOT_SUPPORTED_BY_OPERATOR = "NotSupportedByOperator"
-    """The operator does not run the round yet (`specdecode run --local` does)."""
 
 
 def treatment_spec(spec: ExperimentSpec, schedule: Sequence[Sequence[int]]) -> ExperimentSpec:
@@ -161,14 +159,6 @@ def not_run(recommendation: Recommendation | None, reason: Reason) -> Recommenda
     """The recommendation, saying that its confirmation round was not run and why."""
     base = recommendation or Recommendation()
     return base.model_copy(update={"confirmed": None, "confirmation_reason": str(reason), "confirmation": []})
-
-
-def unless_run(
-    spec: ExperimentSpec, recommendation: Recommendation | None, reason: Reason
-) -> Recommendation | None:
-    """Where the round is not run: with `analysis.confirm`, the recommendation says so (`not_run`);
-    without it, unchanged."""
-    return not_run(recommendation, reason) if spec.analysis.confirm else recommendation
 
 
 def summary(recommendation: Recommendation) -> str:

@@ -65,7 +65,6 @@ PLACEMENT_EFFECT = "PlacementEffect"
 NOT_APART = "NotApart"
 SAME_PLACEMENT = "SamePlacement"
 SERVERS_GIVEN = "ServersGiven"
-NOT_SUPPORTED_BY_OPERATOR = "NotSupportedByOperator"
 NOT_MEASURED = "NotMeasured"
 SWAPPED_ROUND_FAILED = "SwappedRoundFailed"
 #: The fewest requests of a stage's swapped round (a paired t interval needs a few pairs).
@@ -89,45 +88,6 @@ def skipped(analysis: spec.AnalysisSpec, reason: str, message: str) -> Crossover
 def not_apart(analysis: spec.AnalysisSpec) -> CrossoverResult:
     """IfApart, and the arms' hosts do not differ."""
     return skipped(analysis, NOT_APART, "the arms ran on hosts that do not differ: no crossover needed")
-
-
-def by_operator(
-    s: spec.ExperimentSpec, analysis: verdict.Analysis, environment: Environment | None
-) -> tuple[verdict.Analysis, CrossoverResult | None]:
-    """The operator's crossover, which does not swap the arms' nodes yet: with the check asked for
-    and the arms on different hosts, no pass stands (`NotSupportedByOperator`: the Promote it cannot
-    check is withheld, as when a swapped round fails); with the hosts alike there is nothing to check
-    (`NotApart`; `Always` on one node: `SamePlacement`, the operator cannot swap GPUs). None when Off."""
-    a = s.analysis
-    if a.crossover is spec.Crossover.OFF:
-        return analysis, None
-    apart = bool(environment is not None and environment.host_differences)
-    if not apart:
-        if a.crossover is spec.Crossover.IF_APART:
-            return analysis, not_apart(a)
-        return analysis, skipped(
-            a,
-            SAME_PLACEMENT,
-            "the arms ran on hosts that do not differ and the operator cannot swap their GPUs: nothing to swap",
-        )
-    nodes = environment.arms if environment is not None else None
-    rounds = [
-        CrossoverPlacement(
-            control=nodes.control.node if nodes and nodes.control else None,
-            treatment=nodes.treatment.node if nodes and nodes.treatment else None,
-        )
-    ]
-    return apply(
-        s,
-        analysis,
-        [],
-        rounds,
-        unmeasured=(
-            NOT_SUPPORTED_BY_OPERATOR,
-            "crossover: the operator does not swap the arms' nodes yet (specdecode run --local swaps GPUs), "
-            "so with the arms on different hosts no pass stands; co-locate them (spec.placement.colocate: Required)",
-        ),
-    )
 
 
 def swapped_spec(s: spec.ExperimentSpec) -> spec.ExperimentSpec:
@@ -206,15 +166,13 @@ def apply(
     rounds: Sequence[CrossoverPlacement],
     *,
     failure: str | None = None,
-    unmeasured: tuple[str, str] | None = None,
 ) -> tuple[verdict.Analysis, CrossoverResult]:
     """Round 1's analysis with each stage's placement folded in and the verdict combined again,
     and the `status.crossover` block. A verdict can only lose its Promote here.
 
     `failure`: why the swapped round could not be measured (an arm that did not start or crashed, a
     measurement the load generator marked invalid): no stage has a placement estimate, so no pass
-    stands, and the block says `ran: false`, `SwappedRoundFailed`. `unmeasured`: (reason, message)
-    of a swapped round that was not run at all (the operator's `NotSupportedByOperator`), likewise."""
+    stands, and the block says `ran: false`, `SwappedRoundFailed`."""
     a = s.analysis
     if analysis.verdict is None:
         return analysis, skipped(a, NOT_MEASURED, "no verdict to check")
@@ -238,12 +196,8 @@ def apply(
     )
     result.message = _summary(stages)
     if failure is not None:
-        unmeasured = (
-            SWAPPED_ROUND_FAILED,
-            f"crossover: the swapped round could not be measured ({failure}), so no pass stands",
-        )
-    if unmeasured is not None:
-        result.ran, (result.reason, result.message) = False, unmeasured
+        result.ran, result.reason = False, SWAPPED_ROUND_FAILED
+        result.message = f"crossover: the swapped round could not be measured ({failure}), so no pass stands"
     if not demoted:
         return replace(analysis, stages=stages, message=f"{analysis.message}; {result.message}"), result
     outcome, reason = verdict.combine(a.require_stages, stages)

@@ -37,6 +37,12 @@ JOB_UID_ENV = "SPECDECODE_JOB_UID"
 """The load pod's Job uid (downward API): the results it writes are owned by that Job."""
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 """Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
+JOB_NAME_ENV = "SPECDECODE_JOB_NAME"
+"""The load pod's Job name (downward API): a round's Job is not `<exp>-load` (`rounds.py`)."""
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
+ROUND_ANNOTATION = "specdecode.io/round"
+"""On an arm's Deployment and pod template: the round it was rendered for (`rounds.py`; absent: the stages)."""
 GENERATION_ANNOTATION = "specdecode.io/generation"
 """On every child: the experiment generation (`metadata.generation`) it was built for."""
 MODEL_CACHE_VOLUME = "model-cache"
@@ -66,6 +72,20 @@ class Names:
     def results_prefix(self) -> str:
         """Prefix of the ConfigMaps the load Job writes its results into (`<prefix>-<n>`)."""
         return f"{self.experiment}-results"
+
+    def load_job_of(self, round_name: str | None) -> str:
+        """The load Job of a round (`rounds.py`; None: the stages)."""
+        return self.load_job if round_name is None else f"{self.load_job}-{round_name.lower()}"
+
+    def spec_config_map_of(self, round_name: str | None) -> str:
+        """The spec a round's load Job reads (None: the stages)."""
+        base = self.spec_config_map
+        return base if round_name is None else f"{base}-{round_name.lower()}"
+
+    def results_prefix_of(self, round_name: str | None) -> str:
+        """Prefix of a round's result ConfigMaps (None: the stages)."""
+        base = self.results_prefix
+        return base if round_name is None else f"{base}-{round_name.lower()}"
 
     @property
     def network_policy(self) -> str:
@@ -177,8 +197,20 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release 
 # ------------------------------------------------------------------------------------ the arms
 
 
-def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings: Settings) -> dict[str, Any]:
-    """One arm's Deployment: one replica, recreated (never two GPU pods at once)."""
+def build_deployment(
+    name: str,
+    s: spec.ExperimentSpec,
+    arm: spec.Arm,
+    settings: Settings,
+    *,
+    round_name: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """One arm's Deployment: one replica, recreated (never two GPU pods at once).
+
+    `round_name`, `node`: a round after the stages (`rounds.py`) renders the arm again, annotated with
+    the round and pinned to `node` (a required node affinity on the Node's name).
+    """
     names = Names(name)
     engine = s.engine
     simulated = engine.simulator is not None
@@ -244,7 +276,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "automountServiceAccountToken": False,
         "nodeSelector": dict(engine.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in engine.tolerations],
-        **colocation(name, s.placement.colocate),
+        **_affinity(colocation(name, s.placement.colocate), node),
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
             **({"runAsNonRoot": True} if simulated else {}),
@@ -252,10 +284,15 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
         "terminationGracePeriodSeconds": 30,
         "volumes": volumes,
     }
+    round_annotations = {ROUND_ANNOTATION: round_name} if round_name is not None else {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": names.arm(arm), "labels": pod_labels},
+        "metadata": {
+            "name": names.arm(arm),
+            "labels": pod_labels,
+            **({"annotations": dict(round_annotations)} if round_annotations else {}),
+        },
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
@@ -267,6 +304,7 @@ def build_deployment(name: str, s: spec.ExperimentSpec, arm: spec.Arm, settings:
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(PORT),
                         "prometheus.io/path": "/metrics",
+                        **round_annotations,
                     },
                 },
                 "spec": pod_spec,
@@ -332,6 +370,16 @@ def colocation(name: str, colocate: spec.Colocate) -> dict[str, Any]:
     else:
         rule = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
     return {"affinity": {"podAffinity": rule}}
+
+
+def _affinity(colocated: dict[str, Any], node: str | None) -> dict[str, Any]:
+    """The pod's affinity: the colocation's, plus a pin to `node` (by the Node's name, which a
+    `kubernetes.io/hostname` label need not equal)."""
+    if node is None:
+        return colocated
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    pinned = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    return {"affinity": {**colocated.get("affinity", {}), "nodeAffinity": pinned}}
 
 
 def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:
@@ -402,7 +450,7 @@ def build_disruption_budget(name: str) -> dict[str, Any]:
 
 
 def build_spec_config_map(
-    name: str, document: dict[str, Any], generation: int | None = None
+    name: str, document: dict[str, Any], generation: int | None = None, *, round_name: str | None = None
 ) -> dict[str, Any]:
     """The experiment document, mounted into the load Job (it plans the same stages as the operator).
 
@@ -422,7 +470,10 @@ def build_spec_config_map(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": Names(name).spec_config_map, "labels": labels(name, component="load")},
+        "metadata": {
+            "name": Names(name).spec_config_map_of(round_name),
+            "labels": labels(name, component="load"),
+        },
         "data": {EXPERIMENT_FILE: yaml.safe_dump(minimal, sort_keys=False)},
     }
 
@@ -442,11 +493,15 @@ def build_load_job(
     *,
     owner_uid: str = "",
     generation: int | None = None,
+    round_name: str | None = None,
+    salt: str | None = None,
 ) -> dict[str, Any]:
     """The Job that sends the same prompts on the same schedule to both arms and stores the results.
 
     The result ConfigMaps it writes are owned by the experiment (`owner_uid`) and labelled with the
-    spec `generation` they measured.
+    spec `generation` they measured. `round_name`: a round after the stages (`rounds.py`), with its
+    own Job, spec ConfigMap and results. `salt`: the prompts' nonce salt (`load_salt`: one per
+    generation, so that every round sends the same prompts).
     """
     names = Names(name)
     argv = [
@@ -461,9 +516,11 @@ def build_load_job(
         "--out",
         "/results",
         "--results-configmap",
-        names.results_prefix,
+        names.results_prefix_of(round_name),
         "--scrape-metrics",
     ]
+    if salt is not None:
+        argv += ["--salt", salt]
     if owner_uid:
         argv += ["--owner-uid", owner_uid]
     if generation is not None:
@@ -473,6 +530,10 @@ def build_load_job(
         {
             "name": JOB_UID_ENV,
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_UID_LABEL}']"}},
+        },
+        {
+            "name": JOB_NAME_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}},
         },
     ]
     if s.engine.api_key_secret is not None:
@@ -490,7 +551,7 @@ def build_load_job(
         {"name": "results", "mountPath": "/results"},
     ]
     volumes: list[dict[str, Any]] = [
-        {"name": "experiment", "configMap": {"name": names.spec_config_map}},
+        {"name": "experiment", "configMap": {"name": names.spec_config_map_of(round_name)}},
         {"name": "results", "emptyDir": {}},
     ]
     dataset = s.workload.dataset
@@ -508,7 +569,7 @@ def build_load_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": names.load_job, "labels": job_labels},
+        "metadata": {"name": names.load_job_of(round_name), "labels": job_labels},
         "spec": {
             # A retried load would measure twice and mix the results: one attempt, a failure is final.
             "backoffLimit": 0,
@@ -541,6 +602,13 @@ def build_load_job(
             },
         },
     }
+
+
+def load_salt(seed: int, owner_uid: str, generation: int) -> str:
+    """The prompts' nonce salt of one generation of an experiment: every round of it plans with this
+    one, so they send the same prompts; a new generation or a new experiment of the same name does not
+    (a server's prefix cache cannot remember them)."""
+    return f"{seed}-{owner_uid}-{generation}"
 
 
 def build_load_rbac(name: str) -> list[dict[str, Any]]:

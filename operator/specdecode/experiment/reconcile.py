@@ -8,6 +8,7 @@ Phases (design.md §3)::
 
     Pending --(valid; stale children gone)--> Deploying --(both arms Ready)--> Running
     Running --(load Job succeeded)--> Analyzing --(results judged)--> Completed (verdict)
+    Analyzing --(a round is owed: analysis.crossover, analysis.confirm)--> Deploying (the round) ...
     any active phase --(invalid spec, pod failure, Job failure, deadline, no data)--> Failed (reason)
     any active phase --(annotation specdecode.io/abort = the generation)--> Failed (Aborted)
 
@@ -21,6 +22,11 @@ generation are deleted, status is reset, and the measurement starts again. A ver
 the generation it was computed for (`observedGeneration` on status and on every condition).
 
 Infrastructure failures end in `Failed` with a reason, never in a verdict.
+
+Rounds (`rounds.py`): after the stages, the crossover's swapped round and the confirmation round go
+through Deploying, Running and Analyzing again (`status.rounds` names the one in progress). A round
+that fails does not fail the experiment: it ends with the stages' verdict, the round's check marked
+as not done.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import degradations, fairness, placement, releases, spec, status
-from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Verdict
+from specdecode.experiment import degradations, fairness, placement, releases, rounds, spec, status
+from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Round, Verdict
 
 RETRYING = "retrying: "
 ABORT_ANNOTATION = f"{spec.API_GROUP}/abort"
@@ -63,7 +69,8 @@ class Action(StrEnum):
     CLEANUP_ARMS = "CleanupArms"
     """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
     DELETE_LOAD = "DeleteLoad"
-    """Delete the load Job and its pod (an abort: the load stops now)."""
+    """Delete the load Job of the last round (the stages' Job when no round was started) and its
+    pod: an abort, or a round that failed (the load stops now)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class PodState:
     last_exit_code: int | None = None
     restarts: int = 0
     image_id: str | None = None
+    round: str | None = None
+    """The round the pod was rendered for (`rounds.ROUND_ANNOTATION`; None: the stages)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,9 @@ class Judgement:
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
     results_ref: status.ResultsRef | None = None
+    next_round: Round | None = None
+    """A round is owed before the verdict (`rounds.py`): the other fields are the judgement so far,
+    kept in status while the round runs (without a verdict)."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,7 @@ class Observed:
 
     arms: dict[spec.Arm, ArmState] = field(default_factory=dict)
     job: JobState = field(default_factory=JobState)
+    """The load Job of the round in progress (the stages' Job outside of a round)."""
     stale_children: tuple[str, ...] = ()
     """Children labelled with another generation than the current one."""
     analysis: Judgement | CollectFailure | None = None
@@ -254,6 +267,11 @@ def decide(
         return _enter(
             current, subject, Phase.DEPLOYING, now, "Deploying", "creating both arms", [Action.CREATE_ARMS]
         )
+    round_ = rounds.current(current)
+    if round_ is not None and current.phase is Phase.DEPLOYING:
+        return _round_deploying(subject, subject.spec, current, round_, observed, now, timing)
+    if round_ is not None and current.phase is Phase.RUNNING:
+        return _round_running(subject, subject.spec, current, round_, observed, now, timing)
     if current.phase is Phase.DEPLOYING:
         return _deploying(subject, subject.spec, current, observed, now, timing)
     if current.phase is Phase.RUNNING:
@@ -465,6 +483,8 @@ def _analyzing(
             return Decision(waiting)
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
     environment = outcome.environment or current.environment
+    if outcome.next_round is not None:
+        return _start_round(subject, current, outcome, outcome.next_round, now)
     done = current.model_copy(
         update={
             "phase": Phase.COMPLETED,
@@ -489,6 +509,159 @@ def _analyzing(
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     return Decision(done, _cleanup_actions(subject, done, observed), [event])
+
+
+# ------------------------------------------------------------------------------------- rounds
+
+
+def _start_round(
+    subject: Subject, current: ExperimentStatus, judged: Judgement, round_: Round, now: datetime
+) -> Decision:
+    """The judgement so far kept in status (no verdict: the round may still change it), and the
+    round's arms deployed."""
+    interim = current.model_copy(
+        update={
+            "stages": judged.stages,
+            "recommendation": judged.recommendation,
+            "crossover": judged.crossover,
+            "speedup_summary": judged.speedup_summary,
+            "validity": judged.validity,
+            "rounds": [*current.rounds, round_.model_copy(update={"started_at": _ts(now)})],
+        }
+    )
+    return _enter(
+        interim,
+        subject,
+        Phase.DEPLOYING,
+        now,
+        f"{round_.name}Round",
+        rounds.describe(round_),
+        [Action.CREATE_ARMS],
+    )
+
+
+def _round_ready(observed: Observed, round_: Round) -> bool:
+    """The round's arms are Ready: those it starts again with a Ready pod rendered for it."""
+    started = rounds.started(round_)
+    for arm in spec.Arm:
+        state = observed.arms.get(arm, ArmState())
+        if arm not in started:
+            if not state.ready:
+                return False
+        elif not any(p.ready and p.round == round_.name for p in state.pods):
+            return False
+    return True
+
+
+def _round_deploying(
+    subject: Subject,
+    s: spec.ExperimentSpec,
+    current: ExperimentStatus,
+    round_: Round,
+    observed: Observed,
+    now: datetime,
+    timing: Timing,
+) -> Decision:
+    arms = status.Arms(
+        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
+        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
+    )
+    current = current.model_copy(update={"arms": arms})
+    failure = _pod_failure(observed, now, timing) or _creation_refused(observed, now, timing)
+    if failure is not None:
+        return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
+    ready = _round_ready(observed, round_)
+    if ready and observed.scraped is not False:
+        return _enter(
+            current,
+            subject,
+            Phase.RUNNING,
+            now,
+            "LoadStarted",
+            f"{round_.name.lower()} round: the arms are Ready; running its load",
+            [Action.CREATE_LOAD],
+        )
+    if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
+        waiting = "Prometheus did not report the arms scraped" if ready else "the arms were not Ready"
+        return _round_failed(
+            subject,
+            current,
+            round_,
+            f"DeployDeadlineExceeded: {waiting} within spec.deadlines.deploy ({s.deadlines.deploy})",
+            observed,
+            now,
+        )
+    return Decision(current, [Action.CREATE_ARMS])
+
+
+def _round_running(
+    subject: Subject,
+    s: spec.ExperimentSpec,
+    current: ExperimentStatus,
+    round_: Round,
+    observed: Observed,
+    now: datetime,
+    timing: Timing,
+) -> Decision:
+    failure = _pod_failure(observed, now, timing, restarts_fail=True)
+    if failure is not None:
+        return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
+    disrupted = _arm_disruption(observed, current)
+    if disrupted is not None:
+        return _round_failed(subject, current, round_, f"ArmDisrupted: {disrupted}", observed, now)
+    job = observed.job
+    if job.failed:
+        detail = job.message or job.reason or "the load Job failed"
+        return _round_failed(subject, current, round_, f"LoadJobFailed: {detail}", observed, now)
+    if job.succeeded:
+        measured = _ended(current, round_, rounds.MEASURED, None)
+        return _enter(
+            measured,
+            subject,
+            Phase.ANALYZING,
+            now,
+            "LoadFinished",
+            f"{round_.name.lower()} round: judging",
+            [],
+        )
+    if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
+        return _round_failed(
+            subject,
+            current,
+            round_,
+            f"RunDeadlineExceeded: the load did not finish within spec.deadlines.run ({s.deadlines.run})",
+            observed,
+            now,
+        )
+    return Decision(current, [Action.CREATE_LOAD])
+
+
+def _ended(current: ExperimentStatus, round_: Round, outcome: str, message: str | None) -> ExperimentStatus:
+    ended = round_.model_copy(update={"outcome": outcome, "message": message})
+    return current.model_copy(update={"rounds": [*current.rounds[:-1], ended]})
+
+
+def _round_failed(
+    subject: Subject,
+    current: ExperimentStatus,
+    round_: Round,
+    why: str,
+    observed: Observed,
+    now: datetime,
+) -> Decision:
+    """The round is over without a measurement; the stages are judged again, the round's check not done."""
+    failed = _ended(current, round_, rounds.FAILED, why)
+    decision = _enter(
+        failed,
+        subject,
+        Phase.ANALYZING,
+        now,
+        "RoundFailed",
+        f"the {round_.name.lower()} round failed ({why}); judging the stages without it",
+        [Action.DELETE_LOAD] if observed.job.exists else [],
+    )
+    decision.events[0] = Event("Warning", "RoundFailed", decision.status.message or "")
+    return decision
 
 
 def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:

@@ -877,17 +877,17 @@ class AnalysisSpec(Model):
     """`Off` (default), `IfApart` or `Always`: after the stages, repeat each with the arms' placements
     swapped (the control where the treatment ran and back), estimate the placement effect from the two
     rounds, and turn a stage that would pass into Inconclusive (`PlacementEffect`) when that effect is
-    comparable to its margin over minSpeedup. Run by `specdecode run --local` (the arms' GPU sets
-    swapped). The operator does not swap nodes yet: with the arms on different hosts it withholds
-    any pass (`status.crossover.reason: NotSupportedByOperator`), so the placement never promotes."""
+    comparable to its margin over minSpeedup. The operator swaps the arms' nodes (each arm's pod
+    pinned to the other's node: `status.rounds`); `specdecode run --local` swaps the arms' GPU sets.
+    Arms on one node have nothing to swap (`SamePlacement`)."""
     crossover_fraction: float = Field(default=0.5, gt=0, le=1)
     """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs)."""
     confirm: bool = False
     """After the stages, restart the treatment with the recommended `num_speculative_tokens_per_batch_size`
     and run the stages against the control again; `status.recommendation.confirmed` is true only if no
     stage of that round Fails (stages where the schedule turns speculation off are judged as
-    non-inferior, speed-up >= 0.98). `specdecode run --local` only, for now: the operator reports
-    the confirmation as not run (NotSupportedByOperator)."""
+    non-inferior, speed-up >= 0.98). In a cluster the treatment's Deployment is rendered again with
+    the schedule on its node (`status.rounds`); the stages' verdict stands whatever the round finds."""
 
     fairness: Fairness = Fairness.WARN
     """`Warn` (default) or `Fail`: what the operator does when, once both arms are Ready, their pods

@@ -524,8 +524,7 @@ class Recommendation(StatusModel):
     confirmation_reason: str | None = None
     """`analysis.confirm`: Confirmed, Refuted, NotMeasured, RoundFailed (an arm failed in the round,
     or the run was interrupted during it; the message says why), NoSchedule (nothing to confirm),
-    ArmsNotStartedHere (`--control-url`) or NotSupportedByOperator (the confirmation round runs in
-    `specdecode run --local` only, for now)."""
+    or ArmsNotStartedHere (`--control-url`)."""
     confirmation: list[ConfirmationStage] = Field(default_factory=list)
     """`analysis.confirm`: each stage of the confirmation round."""
 
@@ -571,9 +570,8 @@ class CrossoverResult(StatusModel):
     """The stages were repeated with the placements swapped."""
     reason: str | None = None
     """Why it did not run: `NotApart` (IfApart, same hosts), `SamePlacement` (nothing to swap: one
-    placement for both arms), `ServersGiven` (`--control-url`/`--treatment-url`: nothing to redeploy),
-    `NotSupportedByOperator` (the operator does not swap nodes yet: with the arms apart no pass
-    stands), `NotMeasured` (no verdict to check),
+    placement for both arms; in a cluster: both on one node), `ServersGiven` (`--control-url`/`--treatment-url`:
+    nothing to redeploy), `NotMeasured` (no verdict to check),
     `SwappedRoundFailed` (started, but the swapped round could not be measured: no pass stands)."""
     message: str | None = None
     """One line: what was found, or why it did not run."""
@@ -583,6 +581,25 @@ class CrossoverResult(StatusModel):
     """The placement effect per stage (stage name → `stages[].placement.effect`)."""
     demoted: list[str] = Field(default_factory=list)
     """Stages that would have passed and are Inconclusive because of the placement effect."""
+
+
+class Round(StatusModel):
+    """One of the operator's rounds after the stages (`experiment/rounds.py`): the crossover's
+    swapped round (`analysis.crossover`) or the confirmation round (`analysis.confirm`)."""
+
+    name: str
+    """`Crossover` or `Confirmation`."""
+    nodes: CrossoverPlacement | None = None
+    """The node each arm that the round starts again is pinned to (absent: an arm left as it ran)."""
+    schedule: list[list[int]] | None = None
+    """`Confirmation`: the `num_speculative_tokens_per_batch_size` the treatment runs with."""
+    outcome: str | None = None
+    """Absent while the round runs; then `Measured`, or `Failed` (the message says why: the
+    stages' verdict stands, the check the round was for did not happen)."""
+    message: str | None = None
+    """Why the round failed."""
+    started_at: str | None = None
+    """When the round began (RFC 3339)."""
 
 
 class StageNoiseFloor(StatusModel):
@@ -701,6 +718,9 @@ class ExperimentStatus(StatusModel):
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
+    rounds: list[Round] = Field(default_factory=list)
+    """The operator's rounds after the stages (the crossover's swapped round, the confirmation
+    round), in the order run; the last one without an outcome is running."""
     degradations: list[Degradation] = Field(default_factory=list)
     """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
     arm_differences: list[ArmDifference] = Field(default_factory=list)
