@@ -190,3 +190,128 @@ def test_a_stage_gets_its_window_s_wall_clock_times_and_one_without_a_window_non
     )
     assert (low.started_at, low.finished_at) == ("2026-12-02T01:00:00.250Z", "2026-12-02T01:01:01.000Z")
     assert (high.started_at, high.finished_at) == (None, None)
+
+
+# --------------------------------------------------------------------- rounds after the stages
+
+
+def measured_with(speedup: float, seed: int) -> dict[str, str]:
+    recs, windows = synthetic.run(experiment(), n=40, speedup=speedup, seed=seed)
+    return {
+        "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
+        "windows.json": json.dumps(
+            {"anchor": {"monotonic": 0.0, "wall": 1.8e9}, "windows": [w.model_dump() for w in windows]}
+        ),
+        "loadgen-summary.json": json.dumps({"validity": {"valid": True}}),
+    }
+
+
+def store_round(client: FakeKube, round_name: str, files: dict[str, str]) -> str:
+    """`files` as the round's own load Job writes them; returns that Job's uid."""
+    uid = f"job-uid-{round_name.lower()}"
+    owner = {**JOB_OWNER, "name": f"exp-load-{round_name.lower()}", "uid": uid}
+    for cm in results.build_config_maps(
+        f"exp-results-{round_name.lower()}", "exp", results.pack(files), owners=[owner], generation=1
+    ):
+        client.add(cm)
+    return uid
+
+
+def apart() -> status.Environment:
+    hosts = status.ArmHosts(control=status.Host(node="gpu-a"), treatment=status.Host(node="gpu-b"))
+    return status.Environment(arms=hosts, host_differences=["node"])
+
+
+def with_analysis(url: str, **analysis: Any) -> spec.ExperimentSpec:
+    doc = experiment_document(analysis=analysis)
+    doc["spec"]["prometheus"] = {"url": url}
+    return validation.parse_experiment(doc)[0]
+
+
+def collect_in(
+    client: FakeKube, s: spec.ExperimentSpec, current: status.ExperimentStatus, uids: dict[str | None, str]
+) -> reconcile.Judgement:
+    outcome = asyncio.run(collect.collect(client, BODY, s, current, OperatorSettings(), job_uids=uids))
+    assert isinstance(outcome, reconcile.Judgement), outcome
+    return outcome
+
+
+def test_arms_apart_owe_the_crossover_round_before_any_verdict_or_report(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    client = stored(measured())
+    s = with_analysis(prometheus(200, vector("1")), crossover="IfApart")
+    owed = collect_in(client, s, status.ExperimentStatus(environment=apart()), {None: JOB_UID})
+    assert owed.next_round is not None and owed.next_round.name == "Crossover"
+    assert owed.next_round.nodes == status.CrossoverPlacement(control="gpu-b", treatment="gpu-a")
+    assert owed.stages and owed.results_ref is None
+    assert "exp-report" not in [name for (_, name) in client.store]  # stored with the verdict only
+    together = collect_in(
+        stored(measured()), s, status.ExperimentStatus(environment=status.Environment()), {None: JOB_UID}
+    )
+    assert together.next_round is None and together.crossover is not None
+    assert together.crossover.reason == "NotApart"
+
+
+def test_a_measured_swapped_round_is_folded_into_the_verdict(prometheus: Callable[[int, bytes], str]) -> None:
+    client = stored(measured())
+    uid = store_round(client, "Crossover", measured_with(1.3, seed=1))
+    s = with_analysis(prometheus(200, vector("1")), crossover="IfApart")
+    swapped = status.Round(
+        name="Crossover",
+        nodes=status.CrossoverPlacement(control="gpu-b", treatment="gpu-a"),
+        outcome="Measured",
+    )
+    current = status.ExperimentStatus(environment=apart(), rounds=[swapped])
+    judged = collect_in(client, s, current, {None: JOB_UID, "Crossover": uid})
+    assert judged.next_round is None and judged.crossover is not None
+    assert judged.crossover.ran and sorted(judged.crossover.effects) == sorted(
+        st.name for st in judged.stages
+    )
+    assert judged.crossover.rounds == [
+        status.CrossoverPlacement(control="gpu-a", treatment="gpu-b"),
+        status.CrossoverPlacement(control="gpu-b", treatment="gpu-a"),
+    ]
+    assert all(st.placement is not None and st.placement.swapped is not None for st in judged.stages)
+    assert judged.results_ref is not None  # the report comes with the verdict
+
+
+def test_a_swapped_round_that_failed_withholds_every_pass(prometheus: Callable[[int, bytes], str]) -> None:
+    s = with_analysis(prometheus(200, vector("1")), crossover="IfApart")
+    failed = status.Round(
+        name="Crossover", outcome="Failed", message="Unschedulable: 0/2 nodes are available"
+    )
+    current = status.ExperimentStatus(environment=apart(), rounds=[failed])
+    judged = collect_in(stored(measured()), s, current, {None: JOB_UID})
+    assert judged.crossover is not None and (judged.crossover.ran, judged.crossover.reason) == (
+        False,
+        "SwappedRoundFailed",
+    )
+    assert "Unschedulable: 0/2 nodes are available" in (judged.crossover.message or "")
+    assert judged.verdict is not status.Verdict.PROMOTE
+    assert all(st.verdict is not status.StageVerdict.PASS for st in judged.stages)
+
+
+def test_the_confirmation_round_is_owed_for_a_schedule_and_confirms_it_once_measured(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = with_analysis(prometheus(200, vector("1")), confirm=True)
+    first = collect_in(stored(measured()), s, status.ExperimentStatus(environment=apart()), {None: JOB_UID})
+    owed = first.next_round
+    assert owed is not None and owed.name == "Confirmation" and owed.schedule
+    assert owed.nodes == status.CrossoverPlacement(treatment="gpu-b")  # the control keeps serving
+    client = stored(measured())
+    uid = store_round(client, "Confirmation", measured_with(1.3, seed=2))
+    done = owed.model_copy(update={"outcome": "Measured"})
+    judged = collect_in(
+        client,
+        s,
+        status.ExperimentStatus(environment=apart(), rounds=[done]),
+        {None: JOB_UID, "Confirmation": uid},
+    )
+    rec = judged.recommendation
+    assert judged.next_round is None and rec is not None
+    assert (rec.confirmation_reason, rec.confirmed) == ("Confirmed", True)
+    assert [c.name for c in rec.confirmation] == [
+        st.name for st in judged.stages if st.batch_size is not None
+    ]

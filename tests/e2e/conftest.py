@@ -31,6 +31,7 @@ from fake_gpu_nodes import (
     node_schedulable,
 )
 from k8s_cluster import (
+    FEATURE_GATES,
     Cluster,
     ControlPlane,
     MissingBinariesError,
@@ -40,9 +41,6 @@ from k8s_cluster import (
 )
 from node_agent import NodeAgent
 from prometheus_server import Prometheus, PrometheusMissingError, find_prometheus
-
-# Extra feature gates for the built-in apiserver (kopf's shard_selectors need this one, k8s >= 1.36).
-FEATURE_GATES = ("ShardedListAndWatch=true",)
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,10 @@ SERVICE_CIDR = "10.96.0.0/16"  # never dialled: there is no kube-proxy
 ADMIN_USER = "specdecode-test-admin"
 
 
+# Extra feature gates for the built-in apiserver (kopf's shard_selectors need this one, k8s >= 1.36).
+FEATURE_GATES = ("ShardedListAndWatch=true",)
+
+
 class ClusterStartError(RuntimeError):
     """A component did not start or did not become ready."""
 
@@ -321,6 +325,8 @@ class ControlPlane:
     timings: dict[str, float] = field(default_factory=dict)
     cluster: Cluster | None = None
     _tmp: tempfile.TemporaryDirectory[str] | None = None
+    _apiserver: tuple[list[str], Callable[[], bool]] | None = None
+    """kube-apiserver's argv and readiness check, for `restart_apiserver`."""
 
     def start(self) -> Cluster:
         t_start = time.monotonic()
@@ -367,7 +373,7 @@ class ControlPlane:
         port = free_port()
         api_url = f"https://127.0.0.1:{port}"
         gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
-        apiserver = self._spawn("kube-apiserver", [
+        api_argv = [
             str(b / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ec}",
             "--bind-address=127.0.0.1", f"--secure-port={port}", "--advertise-address=127.0.0.1",
@@ -382,14 +388,15 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
             *gates,
-        ], logs)  # fmt: skip
+        ]  # fmt: skip
+        apiserver = self._spawn("kube-apiserver", api_argv, logs)
         ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
-        wait_until(
-            apiserver,
-            lambda: http_ok(f"{api_url}/readyz", ctx, pki.token),
-            self.start_timeout,
-            "ready (/readyz)",
-        )
+
+        def api_ready() -> bool:
+            return http_ok(f"{api_url}/readyz", ctx, pki.token)
+
+        self._apiserver = (api_argv, api_ready)
+        wait_until(apiserver, api_ready, self.start_timeout, "ready (/readyz)")
         self.timings["kube-apiserver"] = time.monotonic() - t0
 
         kubeconfig = d / "kubeconfig"
@@ -442,6 +449,18 @@ class ControlPlane:
         ], logs)  # fmt: skip
         wait_until(kwok, lambda: http_ok(f"http://127.0.0.1:{kwok_port}/healthz"), 60, "healthy")
         self.timings["kwok"] = time.monotonic() - t0
+
+    def restart_apiserver(self, down: float) -> None:
+        """Stop kube-apiserver, leave the API away for `down` seconds, and start it again on the same
+        port and etcd (the other components and clients reconnect by themselves)."""
+        assert self._apiserver is not None and self.workdir is not None, "start() first"
+        argv, ready = self._apiserver
+        old = next(c for c in self.components if c.name == "kube-apiserver")
+        stop_process(old.proc)
+        time.sleep(down)
+        new = start_process("kube-apiserver", argv, self.workdir / "logs")
+        self.components[self.components.index(old)] = new
+        wait_until(new, ready, self.start_timeout, "ready again (/readyz)")
 
     def _spawn(self, name: str, argv: Sequence[str], logs: Path) -> Component:
         c = start_process(name, argv, logs)

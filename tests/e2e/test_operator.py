@@ -8,14 +8,16 @@ measured experiment (pods that really run the simulator and the load) is in test
 from __future__ import annotations
 
 import copy
+import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, GPU_TOLERATION
-from k8s_cluster import Cluster
+from experiment_crd import CRD_FILE, CRD_NAME
+from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, GPU_TOLERATION, gpu_node
+from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, wait_for
 from operator_process import OperatorProcess
 
 pytestmark = pytest.mark.e2e
@@ -261,3 +263,46 @@ def test_required_colocation_fails_an_arm_that_cannot_join_the_other(operator: O
     assert "spec.placement.colocate is Required: one node must have GPUs for both arms" in status["message"]
     pods = operator.get("pods", "", "-l", "specdecode.io/experiment=exp")["items"]
     assert len({p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")}) <= 1
+
+
+def test_an_api_server_restarted_mid_experiment_only_delays_it(
+    control_plane_factory: Any, tmp_path: Path
+) -> None:
+    """Fault matrix, "API server restarted": its own control plane (restarting the session's would
+    disturb the other tests), the API away for 8 s while both arms exist. The operator keeps running,
+    the children stay the same objects, and it acts on the experiment again afterwards (an abort
+    annotation written after the restart deletes the arms)."""
+    cp: ControlPlane = control_plane_factory(feature_gates=FEATURE_GATES)
+    cluster = cp.cluster
+    assert cluster is not None
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    wait_for(
+        f"{CRD_NAME} Established",
+        lambda: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in cluster.get_json(f"crd/{CRD_NAME}").get("status", {}).get("conditions") or []
+        ),
+    )
+    nodes = {"apiVersion": "v1", "kind": "List", "items": [gpu_node(n) for n in GPU_NODE_NAMES]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(nodes))
+    cluster.kubectl("create", "namespace", "restarted")
+    operator = OperatorProcess(cluster, "restarted", tmp_path)
+    operator.start()
+    try:
+        operator.apply(experiment())
+        operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)
+        before = names(operator, "deployments")
+        cp.restart_apiserver(down=8.0)
+        assert operator.process is not None and operator.process.poll() is None, operator.log_tail()
+        assert names(operator, "deployments") == before  # the same objects, not new ones
+        assert operator.status("exp")["phase"] == "Deploying"
+        generation = operator.get("sdx", "exp")["metadata"]["generation"]
+        operator.cluster.kubectl(
+            "annotate", "sdx", "exp", f"specdecode.io/abort={generation}", "-n", operator.namespace
+        )
+        status = operator.wait_phase("exp", "Failed")
+        assert status["reason"] == "Aborted", status
+        operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
+        assert operator.process.poll() is None, operator.log_tail()
+    finally:
+        operator.stop()
