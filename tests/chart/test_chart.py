@@ -26,7 +26,13 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("specdecode.io", "specdecodeexperiments/finalizers"): {"update"},
     ("", "events"): {"create"},
     # Application (the controller)
-    ("apps", "deployments"): {"create", "get", "list", "delete"},
+    ("apps", "deployments"): {
+        "create",
+        "get",
+        "list",
+        "update",
+        "delete",
+    },  # update: a round re-renders the arms
     ("batch", "jobs"): {"create", "get", "list", "delete"},
     ("", "services"): {"create", "get", "list", "delete"},
     ("", "serviceaccounts"): {"create", "get", "list", "delete"},
