@@ -11,6 +11,11 @@ reports the standard deviation of the log speed-up across runs next to the media
 the runs reported (from their 95% intervals). A ratio near 1 means the interval is as wide as the
 runs' real spread; above 1, it is too narrow.
 
+`--sequential`: the same with sequential stopping on (the default analysis): the stage may stop at
+a planned look, and the row also gives the pairs at the deciding look. Since 2026-12-02 a closed-loop
+stage's first look waits for four waves (`sequential.first_look`); run the script against an older
+checkout (PYTHONPATH=<checkout>/operator) for the rule before it.
+
 Run: .venv/bin/python benchmarks/verdict/waves.py --runs 8 --config 64:64 --config 64:320 --config 1:60
 """
 
@@ -33,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 Z95 = 1.959963984540054
 
 
-def one_run(concurrency: int, requests: int, seed: int) -> dict[str, Any]:
+def one_run(concurrency: int, requests: int, seed: int, *, sequential: bool = False) -> dict[str, Any]:
     from tests.local.simulated import ANALYSIS, run_local, simulated
 
     document = simulated(
@@ -45,7 +50,7 @@ def one_run(concurrency: int, requests: int, seed: int) -> dict[str, Any]:
             "warmupRequests": 2,
         },
         seed=seed,
-        analysis={**ANALYSIS, "sequential": False},
+        analysis={**ANALYSIS, "sequential": sequential},
         deadlines={"deploy": "1m", "run": "10m"},
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +59,14 @@ def one_run(concurrency: int, requests: int, seed: int) -> dict[str, Any]:
     (stage,) = status["stages"]
     s = stage["speedup"]
     se = (math.log(s["ciHigh"]) - math.log(s["ciLow"])) / (2 * Z95)
-    return {"estimate": s["estimate"], "log": math.log(s["estimate"]), "se": se, "n": s["n"]}
+    decided = s.get("decidedAt") or s["n"]
+    return {
+        "estimate": s["estimate"],
+        "log": math.log(s["estimate"]),
+        "se": se,
+        "n": s["n"],
+        "decided_at": decided,
+    }
 
 
 def main() -> None:
@@ -62,11 +74,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--config", action="append", default=[], help="CONCURRENCY:REQUESTS (repeatable)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--sequential", action="store_true", help="sequential stopping on (default: off)")
     args = parser.parse_args()
     rows = []
     for config in args.config or ["64:64", "64:320", "1:60"]:
         concurrency, requests = (int(x) for x in config.split(":"))
-        runs = [one_run(concurrency, requests, seed=1000 + i) for i in range(args.runs)]
+        runs = [
+            one_run(concurrency, requests, seed=1000 + i, sequential=args.sequential)
+            for i in range(args.runs)
+        ]
         spread = statistics.stdev(r["log"] for r in runs)
         se = statistics.median(r["se"] for r in runs)
         row = {
@@ -74,6 +90,8 @@ def main() -> None:
             "requests": requests,
             "waves": requests / concurrency,
             "runs": len(runs),
+            "sequential": args.sequential,
+            "decided_at": [r["decided_at"] for r in runs],
             "estimates": [round(r["estimate"], 4) for r in runs],
             "sd_log_across_runs": spread,
             "median_reported_se": se,

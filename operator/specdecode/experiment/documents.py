@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from specdecode.experiment import spec, validation
+from specdecode.experiment import advice, spec, validation
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
                 print(f"{name}: {experiment.name}: {expansion}", file=out)
             for local_only in validation.check_operator_support(experiment.spec):
                 print(f"{name}: {experiment.name}: note: {local_only}", file=out)
+            for weak in advice.advice(experiment.spec):
+                print(f"{name}: {experiment.name}: warning: {weak}", file=out)
         for skipped in report.skipped:
             print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
     return 2 if failed else 0

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import degradations, fairness, placement, releases, rounds, spec, status
+from specdecode.experiment import advice, degradations, fairness, placement, releases, rounds, spec, status
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Round, Verdict
 
 RETRYING = "retrying: "
@@ -341,8 +341,9 @@ def _restart(subject: Subject, observed: Observed, now: datetime) -> Decision:
     fresh = fresh.model_copy(update={"reason": "Accepted", "message": "waiting to deploy"})
     fresh = _with_conditions(fresh, subject.generation, now)
     actions = [Action.DELETE_STALE] if observed.stale_children else []
+    weak = [Event("Warning", "WeakDesign", str(found)) for found in advice.advice(subject.spec)]
     return Decision(
-        fresh, actions, [Event("Normal", "Accepted", f"generation {subject.generation}: starting")]
+        fresh, actions, [Event("Normal", "Accepted", f"generation {subject.generation}: starting"), *weak]
     )
 
 

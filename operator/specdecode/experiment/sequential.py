@@ -6,9 +6,14 @@ level (repeated looks inflate the error), so the boundaries here come from a *gr
 design* (Jennison & Turnbull, "Group Sequential Methods with Applications to Clinical Trials", 2000):
 
 - Looks are *planned*: after every `look_every(horizon)` pairs of the stage (counted in request
-  order), not before `FIRST_LOOK` pairs, and at the stage's last pair. They depend only on the
-  stage's request bound, never on the data, so the caller may evaluate the rule as often as it
-  likes: it always sees the same looks.
+  order), not before `first_look(concurrency)` pairs, and at the stage's last pair. They depend only
+  on the stage's request bound and concurrency, never on the data, so the caller may evaluate the
+  rule as often as it likes: it always sees the same looks.
+- In a closed loop at concurrency C the first look waits for `MIN_WAVES` waves (MIN_WAVES·C pairs):
+  the requests of one wave start together and share their server's moments (the batch filling and
+  draining), so their pairs are not independent. `benchmarks/verdict/waves.py`: with one wave of 64
+  at C = 64 the reported interval was 2.3x narrower than the run-to-run spread and the estimate
+  biased (1.01x against 0.92x at five waves); at five waves the two agreed (ratio 0.93).
 - The error is *spent* over the looks with the Hwang-Shih-DeCani function (γ = `GAMMA`), which spends
   most of it early, where a real speed-up is decided. The two-sided boundary c_k at look k is found
   by recursive numerical integration (J&T ch. 19) so that the probability of crossing at look k
@@ -58,6 +63,8 @@ MIN_PAIRS = 10
 #: the first planned look is never earlier: latency samples are heavy-tailed, and a t-interval on a
 #: handful of pairs is where the Monte Carlo study saw its few wrong-way decisions
 FIRST_LOOK = 20
+#: in a closed loop, the first planned look waits for this many waves of the stage's concurrency
+MIN_WAVES = 4
 #: pairs between planned looks for small stages ...
 LOOK_EVERY = 10
 #: ... and at most this many planned looks for large ones
@@ -78,14 +85,20 @@ def look_every(horizon: int) -> int:
     return max(LOOK_EVERY, math.ceil(horizon / MAX_LOOKS))
 
 
-def planned_looks(horizon: int) -> tuple[int, ...]:
-    """The pair counts at which the design looks: every `look_every(horizon)` pairs from `FIRST_LOOK`
-    on, and at `horizon`."""
+def first_look(concurrency: int | None = None) -> int:
+    """The fewest pairs before a stage's first planned look: `FIRST_LOOK`, and in a closed loop at
+    `concurrency` C at least `MIN_WAVES`·C (the module docstring). An open-loop stage: None."""
+    return max(FIRST_LOOK, MIN_WAVES * (concurrency or 0))
+
+
+def planned_looks(horizon: int, first: int = FIRST_LOOK) -> tuple[int, ...]:
+    """The pair counts at which the design looks: every `look_every(horizon)` pairs from `first`
+    (`first_look`) on, and at `horizon` (the only look when `first` is not below it)."""
     if horizon < 1:
         return ()
     every = look_every(horizon)
-    first = every * math.ceil(FIRST_LOOK / every)
-    return (*range(first, horizon, every), horizon)
+    start = every * math.ceil(max(first, FIRST_LOOK) / every)
+    return (*range(start, horizon, every), horizon)
 
 
 def spent(fraction: float, alpha: float, gamma: float | None = None) -> float:
@@ -166,13 +179,14 @@ class Design:
 
 
 @lru_cache(maxsize=512)
-def design(horizon: int, *, alpha: float, final_at: int | None = None) -> Design:
-    """The design of a stage of at most `horizon` pairs, at two-sided error `alpha`.
+def design(horizon: int, *, alpha: float, final_at: int | None = None, first: int = FIRST_LOOK) -> Design:
+    """The design of a stage of at most `horizon` pairs, at two-sided error `alpha`, its first look
+    at `first` pairs or later (`first_look`).
 
     `final_at`: the stage ended after `final_at` < `horizon` pairs for a reason that is not the data;
     the looks are the planned ones before it plus a final one there, spending all remaining error.
     """
-    planned = planned_looks(horizon)
+    planned = planned_looks(horizon, first)
     if final_at is not None and 0 < final_at < horizon:
         looks = (*(n for n in planned if n < final_at), final_at)
     else:
@@ -254,6 +268,7 @@ def look(
     confidence: float,
     horizon: int,
     final: bool = False,
+    first: int = FIRST_LOOK,
 ) -> Look:
     """Whether a stage whose paired log-ratios so far are `x` can stop, and its interval.
 
@@ -265,7 +280,7 @@ def look(
     n = int(x.size)
     horizon = max(horizon, n)
     alpha = 1.0 - confidence
-    d = design(horizon, alpha=alpha)
+    d = design(horizon, alpha=alpha, first=first)
     b = look_bounds(x, d)
     if b.n.size:
         stop = (b.low > threshold) | (b.high < threshold)
@@ -277,7 +292,7 @@ def look(
             low, high = float(b.low[k]), float(b.high[k])
             return Look(True, _side(low, high, threshold), int(b.n[k]), low, high)
     if final and n >= MIN_PAIRS and (not b.n.size or b.n[-1] < n):
-        b = look_bounds(x, design(horizon, alpha=alpha, final_at=n))
+        b = look_bounds(x, design(horizon, alpha=alpha, final_at=n, first=first))
         low, high = float(b.low[-1]), float(b.high[-1])
         return Look(True, _side(low, high, threshold), n, low, high)
     if not b.n.size:
@@ -289,7 +304,9 @@ def _side(low: float, high: float, threshold: float) -> str:
     return "above" if low > threshold else "below" if high < threshold else "undecided"
 
 
-def repeated_p_value(x: FloatArray, *, threshold: float, confidence: float, horizon: int, upto: int) -> float:
+def repeated_p_value(
+    x: FloatArray, *, threshold: float, confidence: float, horizon: int, upto: int, first: int = FIRST_LOOK
+) -> float:
     """The repeated p-value of "the mean equals `threshold`" at the looks up to `upto` pairs.
 
     The smallest two-sided error at which some repeated confidence interval of the design (same
@@ -300,11 +317,11 @@ def repeated_p_value(x: FloatArray, *, threshold: float, confidence: float, hori
     horizon = max(horizon, n)
     if n < MIN_PAIRS:
         return 1.0
-    planned = planned_looks(horizon)
+    planned = planned_looks(horizon, first)
     final_at = None if n in planned else n
 
     def excluded(alpha: float) -> bool:
-        b = look_bounds(x, design(horizon, alpha=alpha, final_at=final_at))
+        b = look_bounds(x, design(horizon, alpha=alpha, final_at=final_at, first=first))
         return bool(b.n.size) and bool(np.any((b.low > threshold) | (b.high < threshold)))
 
     if not excluded(1.0 - 1e-9):
@@ -363,7 +380,9 @@ def _z_looks(d: Design, horizon: int, upto: int) -> tuple[tuple[float, ...], tup
     return tuple(n / horizon for n, _ in kept), tuple(c for _, c in kept)
 
 
-def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int) -> float:
+def median_unbiased(
+    x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int, first: int = FIRST_LOOK
+) -> float:
     """The median-unbiased estimate of the mean (log scale) at the look `at` that ended the stage.
 
     The mean of the pairs at a deciding look is biased away from `threshold`: a stage stops early
@@ -383,9 +402,9 @@ def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: fl
     x = np.asarray(x, dtype=np.float64)
     horizon = max(horizon, int(x.size))
     alpha = 1.0 - confidence
-    d = design(horizon, alpha=alpha)
+    d = design(horizon, alpha=alpha, first=first)
     if at.n not in d.looks:
-        d = design(horizon, alpha=alpha, final_at=at.n)
+        d = design(horizon, alpha=alpha, final_at=at.n, first=first)
     upto = x[: at.n]
     mean = float(np.mean(upto)) if upto.size else math.nan
     if upto.size < MIN_PAIRS or not math.isfinite(at.low) or not math.isfinite(at.high):
@@ -398,7 +417,9 @@ def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: fl
         # Mirror a stage that ended low: the same computation on -x keeps swapping the arms exactly
         # equivariant (and the ordering only ever ranks exits above).
         mirrored = Look(at.decided, at.why, at.n, -at.high, -at.low)
-        return -median_unbiased(-x, mirrored, threshold=-threshold, confidence=confidence, horizon=horizon)
+        return -median_unbiased(
+            -x, mirrored, threshold=-threshold, confidence=confidence, horizon=horizon, first=first
+        )
     df = at.n - 1
     se = sd / math.sqrt(at.n)
     fractions, bounds = _z_looks(d, horizon, at.n)
@@ -418,7 +439,15 @@ def median_unbiased(x: FloatArray, at: Look, *, threshold: float, confidence: fl
     return threshold + t_centre * se
 
 
-def detectable(sd: float, *, threshold: float, confidence: float, horizon: int, power: float = 0.9) -> float:
+def detectable(
+    sd: float,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int,
+    power: float = 0.9,
+    first: int = FIRST_LOOK,
+) -> float:
     """The smallest mean (log scale) a stage of `horizon` pairs with per-pair standard deviation `sd`
     decides above `threshold` with probability `power`: the design's noise floor.
 
@@ -429,7 +458,7 @@ def detectable(sd: float, *, threshold: float, confidence: float, horizon: int, 
     """
     if not math.isfinite(sd) or sd <= 0.0 or horizon < MIN_PAIRS:
         return math.inf
-    fractions, bounds = _z_looks(design(horizon, alpha=1.0 - confidence), horizon, horizon)
+    fractions, bounds = _z_looks(design(horizon, alpha=1.0 - confidence, first=first), horizon, horizon)
 
     def shortfall(delta: float) -> float:
         return _beyond(delta, fractions, bounds, bounds[-1]) - power

@@ -234,12 +234,14 @@ def compare(
     sequential_ci: bool = True,
     horizon: int | None = None,
     higher_is_better: bool = False,
+    first_look: int = sequential.FIRST_LOOK,
 ) -> MetricVerdict:
     """Speed-up of `candidate` (treatment) over `baseline` (control), pair by pair.
 
     `baseline[i]` and `candidate[i]` are the same request in both arms. Latencies: speed-up is
     baseline / candidate; with `higher_is_better` (throughput) candidate / baseline. `horizon` is
-    the most pairs the stage could have had (sets the sequential design's looks; default: len).
+    the most pairs the stage could have had and `first_look` the fewest before its first look
+    (`sequential.first_look` of its concurrency): they set the sequential design's looks.
     """
     d = log_ratios(baseline, candidate, higher_is_better=higher_is_better)
     n = int(d.size)
@@ -262,12 +264,18 @@ def compare(
     decided_at: int | None = None
     if sequential_ci:
         h = max(horizon or n, n)
-        at = sequential.look(d, threshold=threshold, confidence=confidence, horizon=h, final=True)
+        at = sequential.look(
+            d, threshold=threshold, confidence=confidence, horizon=h, final=True, first=first_look
+        )
         # Estimate and interval both come from the look that decided the stage: pairs that finished
         # after it (in flight at the stop) would move a mean outside that look's interval.
         low, high, decided_at = at.low, at.high, at.n
-        mean = sequential_estimate(d, at, threshold=threshold, confidence=confidence, horizon=h)
-        p = sequential.repeated_p_value(d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n)
+        mean = sequential_estimate(
+            d, at, threshold=threshold, confidence=confidence, horizon=h, first=first_look
+        )
+        p = sequential.repeated_p_value(
+            d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n, first=first_look
+        )
     else:
         sd = float(np.std(d, ddof=1))
         if sd == 0.0:
@@ -286,13 +294,24 @@ def compare(
     else:
         label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
     floor = min_detectable(
-        d, threshold=threshold, confidence=confidence, horizon=horizon, sequential_ci=sequential_ci
+        d,
+        threshold=threshold,
+        confidence=confidence,
+        horizon=horizon,
+        sequential_ci=sequential_ci,
+        first_look=first_look,
     )
     return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
 
 
 def min_detectable(
-    d: FloatArray, *, threshold: float, confidence: float, horizon: int | None, sequential_ci: bool
+    d: FloatArray,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int | None,
+    sequential_ci: bool,
+    first_look: int = sequential.FIRST_LOOK,
 ) -> float | None:
     """The noise floor of a stage: the smallest speed-up its design promotes with probability
     `DETECTABLE_POWER`, at the standard deviation of its paired log-ratios taken as the truth.
@@ -311,7 +330,12 @@ def min_detectable(
     if sequential_ci:
         h = max(horizon or n, n)
         floor = sequential.detectable(
-            sd, threshold=threshold, confidence=confidence, horizon=h, power=DETECTABLE_POWER
+            sd,
+            threshold=threshold,
+            confidence=confidence,
+            horizon=h,
+            power=DETECTABLE_POWER,
+            first=first_look,
         )
         return math.exp(floor) if math.isfinite(floor) else None
     crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))
@@ -319,7 +343,13 @@ def min_detectable(
 
 
 def sequential_estimate(
-    d: FloatArray, at: sequential.Look, *, threshold: float, confidence: float, horizon: int
+    d: FloatArray,
+    at: sequential.Look,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int,
+    first: int = sequential.FIRST_LOOK,
 ) -> float:
     """The point estimate (log scale) that goes with the repeated confidence interval of `at`.
 
@@ -331,7 +361,9 @@ def sequential_estimate(
     computed, the interval's own centre (the mean at the look) is reported instead.
     """
     centre = float(np.mean(d[: at.n]))
-    estimate = sequential.median_unbiased(d, at, threshold=threshold, confidence=confidence, horizon=horizon)
+    estimate = sequential.median_unbiased(
+        d, at, threshold=threshold, confidence=confidence, horizon=horizon, first=first
+    )
     if math.isfinite(estimate) and at.low <= estimate <= at.high:
         return estimate
     return centre
@@ -1006,6 +1038,7 @@ def analyse_stage(
         sequential_ci=a.sequential and spec.speculates,
         horizon=spec.stage_requests(stage),
         higher_is_better=higher,
+        first_look=sequential.first_look(stage.concurrency),
     )
     result.speedup = Speedup(
         metric=metric,
@@ -1361,6 +1394,7 @@ def stage_noise_floor(
             confidence=a.confidence,
             horizon=spec.stage_requests(stage),
             sequential_ci=a.sequential,
+            first_look=sequential.first_look(stage.concurrency),
         )
         if result.min_detectable is not None:
             result.measurable = result.min_detectable <= a.min_speedup
@@ -1500,6 +1534,7 @@ def stage_look(
     treatment: Sequence[RequestRecord],
     *,
     max_pairs: int,
+    concurrency: int | None = None,
 ) -> sequential.Look:
     """The sequential state of a running stage (see `stage_decided`)."""
     pairs = Pairs.of([*control, *treatment]).prefix()
@@ -1507,7 +1542,11 @@ def stage_look(
     b, c = paired_values(pairs.both_ok(), metric)
     d = log_ratios(b, c, higher_is_better=analysis.primary_metric is PrimaryMetric.THROUGHPUT)
     return sequential.look(
-        d, threshold=math.log(analysis.min_speedup), confidence=analysis.confidence, horizon=max_pairs
+        d,
+        threshold=math.log(analysis.min_speedup),
+        confidence=analysis.confidence,
+        horizon=max_pairs,
+        first=sequential.first_look(concurrency),
     )
 
 
@@ -1517,18 +1556,21 @@ def stage_decided(
     treatment: Sequence[RequestRecord],
     *,
     max_pairs: int,
+    concurrency: int | None = None,
 ) -> bool:
     """May the load generator end this stage now? For the load generator's loop; pure and cheap.
 
     Call it at any time, as often as you like (after each completed pair, or every few): the
     design's looks are planned from `max_pairs` alone, so every call sees the same looks. Pass every
     finished record of the running stage for each arm (ok or failed, warm-up excluded) and the
-    stage's request bound (`spec.stage_requests(stage)`). Only the longest run of indices finished
+    stage's request bound (`spec.stage_requests(stage)`) and its closed-loop concurrency (None: open
+    loop), which set the design's looks. Only the longest run of indices finished
     in both arms is used. True when, at a planned look, the primary metric's repeated confidence
     interval lies wholly above or below minSpeedup, or the stage reached `max_pairs`; always False
-    with `analysis.sequential` off, in an A/A run (`NoiseFloor`: it measures the full stage), or before the first planned look (`sequential.FIRST_LOOK` pairs
-    or later). Guardrails are judged at the end on whatever ran.
+    with `analysis.sequential` off, in an A/A run (`NoiseFloor`: it measures the full stage), or
+    before the first planned look (`sequential.first_look`: 20 pairs, in a closed loop at least four
+    waves of its concurrency). Guardrails are judged at the end on whatever ran.
     """
     if not analysis.sequential or analysis.mode is AnalysisMode.NOISE_FLOOR:
         return False
-    return stage_look(analysis, control, treatment, max_pairs=max_pairs).decided
+    return stage_look(analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency).decided

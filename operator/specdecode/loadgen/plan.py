@@ -218,7 +218,11 @@ def plan_from_spec(
             stage=stage,
         )
         first += n
-        looks = sequential.planned_looks(n) if spec.analysis.sequential else ()
+        looks = (
+            sequential.planned_looks(n, sequential.first_look(stage.concurrency))
+            if spec.analysis.sequential
+            else ()
+        )
         if stage.rate is not None:
             if replay is not None:
                 offs = replay.offsets(n, rate=stage.rate)
@@ -272,12 +276,17 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
     if not s.analysis.sequential:
         return None
     bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
+    concurrency = {stage.name: stage.concurrency for stage in s.workload.stages}
 
     def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
         control = [r for r in recs if r.arm == "control"]
         treatment = [r for r in recs if r.arm == "treatment"]
         return verdict.stage_decided(
-            s.analysis, control, treatment, max_pairs=bounds.get(stage, len(control))
+            s.analysis,
+            control,
+            treatment,
+            max_pairs=bounds.get(stage, len(control)),
+            concurrency=concurrency.get(stage),
         )
 
     return decided

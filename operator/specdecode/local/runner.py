@@ -47,6 +47,7 @@ from specdecode import exit_status
 from specdecode.controller import collect, prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
+    advice,
     confirm,
     crossover,
     degradations,
@@ -211,6 +212,8 @@ class _Run:
     # ------------------------------------------------------------------------------------- phases
 
     def execute(self) -> ExperimentStatus:
+        for weak in advice.advice(self.spec):
+            self.view.message(f"warning: {weak}")
         with engines.Engines(self.spec, self.out / "logs") as arms:
             try:
                 return self._execute(arms)
