@@ -355,11 +355,7 @@ def _deploying(
     now: datetime,
     timing: Timing,
 ) -> Decision:
-    arms = status.Arms(
-        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
-        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
-    )
-    current = current.model_copy(update={"arms": arms})
+    current = _with_arm_refs(subject, current, observed)
     colocated = s.placement.colocate is spec.Colocate.REQUIRED
     failure = _pod_failure(observed, now, timing, colocated=colocated) or _creation_refused(
         observed, now, timing
@@ -563,11 +559,7 @@ def _round_deploying(
     now: datetime,
     timing: Timing,
 ) -> Decision:
-    arms = status.Arms(
-        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
-        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
-    )
-    current = current.model_copy(update={"arms": arms})
+    current = _with_arm_refs(subject, current, observed)
     failure = _pod_failure(observed, now, timing) or _creation_refused(observed, now, timing)
     if failure is not None:
         return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
@@ -842,6 +834,15 @@ def _fail(
     failed = _with_conditions(failed, subject.generation, now, previous=current)
     actions = _cleanup_actions(subject, failed, observed or Observed())
     return Decision(failed, actions, [Event("Warning", reason, message)])
+
+
+def _with_arm_refs(subject: Subject, current: ExperimentStatus, observed: Observed) -> ExperimentStatus:
+    """`status.arms`: both arms' Deployments and the pods they serve from."""
+    arms = status.Arms(
+        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
+        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
+    )
+    return current.model_copy(update={"arms": arms})
 
 
 def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
