@@ -260,3 +260,26 @@ def test_an_abort_during_a_round_fails_the_experiment_and_deletes_the_round_s_lo
     )
     assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "Aborted")
     assert Action.DELETE_LOAD in decision.actions and Action.CLEANUP_ARMS in decision.actions
+
+
+def test_a_fault_that_repeats_in_a_round_ends_the_round_at_its_deadline_not_the_experiment() -> None:
+    """The API server refusing the round's pinned Deployment (422) every tick: the stages' verdict stands."""
+    round_ = rounds.crossover_round(apart())
+    refused = reconcile.Fault(
+        "ChildRejected", "the API server refused Deployment exp-control (HTTP 422)", permanent=True
+    )
+    decision = reconcile.decide_after_fault(subject(), in_round(Phase.DEPLOYING, round_), refused, T0)
+    st = decision.status
+    assert (st.phase, st.reason, st.verdict) == (Phase.ANALYZING, "RoundFailed", None)
+    assert (st.rounds[-1].outcome, st.rounds[-1].message) == ("Failed", f"ChildRejected: {refused.message}")
+    transient = reconcile.Fault("KubernetesApiError", "HTTP 503 from the API server")
+    s = subject()
+    assert s.spec is not None
+    early = reconcile.decide_after_fault(
+        s, in_round(Phase.RUNNING, round_), transient, T0 + timedelta(seconds=5)
+    )
+    assert early.status.phase is Phase.RUNNING and (early.status.message or "").startswith("retrying: ")
+    late = T0 + timedelta(seconds=s.spec.deadlines.run_seconds + 1)
+    ended = reconcile.decide_after_fault(s, in_round(Phase.RUNNING, round_), transient, late)
+    assert ended.status.phase is Phase.ANALYZING and ended.status.rounds[-1].outcome == "Failed"
+    assert "retried every tick until spec.deadlines.run" in (ended.status.rounds[-1].message or "")

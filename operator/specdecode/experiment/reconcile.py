@@ -297,7 +297,8 @@ def decide_after_fault(
     experiment keeps its phase (the message says what is retried) until the phase's deadline
     (deploy for Pending and Deploying, run for Running, the analysis grace for Analyzing), then
     ends in Failed with the fault's reason, never in a verdict. A permanent fault fails at once.
-    A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
+    In a round after the stages (`rounds.py`) the round ends instead (its outcome Failed, the
+    stages judged without it), as any other failure of a round does. A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
     next tick retries a restart's; an ending's cleanup is reported in the message).
     """
     timing = timing or Timing()
@@ -315,6 +316,10 @@ def decide_after_fault(
     limit, deadline = _phase_deadline(subject.spec, current.phase, timing)
     if fault.permanent or _elapsed(current, now) > limit:
         why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
+        round_ = rounds.current(current)
+        if round_ is not None:  # the round ends, not the experiment: the stages' verdict stands
+            why = f"{fault.reason}: {fault.message}{why}"
+            return _round_failed(subject, current, round_, why, observed or Observed(), now)
         assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
         return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
     return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
