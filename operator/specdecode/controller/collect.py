@@ -414,10 +414,9 @@ async def _crossover(
         return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
     recs, _, windows, summary = swapped
     validity = summary.get("validity")
-    if isinstance(validity, dict) and not bool(validity.get("valid", True)):
-        why = "; ".join(validity.get("reasons") or []) or "marked invalid"
-        failure = f"its measurement is invalid: {why}"
-        return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
+    invalid = crossover.invalid(validity)
+    if invalid is not None:
+        return (*crossover.apply(experiment, analysis, [], placements, failure=invalid), None)
     round_spec = rounds.load_spec(experiment, round_)
     judged = await in_analysis_lane(verdict.analyse, round_spec, recs, windows, validity=validity)
     return (*crossover.apply(experiment, analysis, judged.stages, placements), None)

@@ -183,7 +183,14 @@ async def _observe(
         round_name=in_progress.name if in_progress is not None else None,
     )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
-    if deploying and subject.spec is not None and all(a.ready for a in observed.arms.values()):
+    ready = deploying and subject.spec is not None and all(a.ready for a in observed.arms.values())
+    if ready and subject.spec is not None and in_progress is not None:
+        # A round's Deploying reads only whether Prometheus scrapes the arms: where they run, the
+        # treatment's log and the pods' fairness were recorded before the stages.
+        observed = replace(
+            observed, scraped=await collect.arms_scraped(subject.spec, namespace, name, settings)
+        )
+    elif ready and subject.spec is not None:
         hosts = observe.arm_hosts(
             pods,
             await _nodes(client, observe.placed_pods(pods).values(), logger),
@@ -374,7 +381,7 @@ async def _apply(
     namespace = str(body.metadata.namespace)
     name = subject.name
     last = rounds_run[-1] if rounds_run else None
-    in_progress = last if last is not None and last.outcome is None else None
+    in_progress = rounds.in_progress(rounds_run)
     if action is reconcile.Action.DELETE_STALE:
         for kind, stale_name in stale:
             await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")

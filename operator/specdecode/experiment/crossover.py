@@ -105,6 +105,15 @@ def swapped_spec(s: spec.ExperimentSpec) -> spec.ExperimentSpec:
     return s.model_copy(update={"workload": workload, "analysis": analysis})
 
 
+def invalid(validity: object) -> str | None:
+    """The `failure` of a swapped round whose load generator marked its measurement invalid (its
+    summary's `validity`), else None."""
+    if not isinstance(validity, dict) or bool(validity.get("valid", True)):
+        return None
+    why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+    return f"its measurement is invalid: {why}"
+
+
 def _log_interval(speedup: Speedup | None) -> tuple[float, float] | None:
     """(log estimate, log half-width) of a speed-up with an interval, else None."""
     if speedup is None or speedup.estimate is None or speedup.ci_low is None or speedup.ci_high is None:

@@ -2,7 +2,7 @@
 
 `specdecode run --local` runs both in its own process (`local/runner.py`). The operator runs each
 as a round of its one lifecycle (`reconcile.py`): once the stages are judged (Analyzing), the
-collector asks `due` whether a round is owed; the decision function appends it to `status.rounds`
+collector (`controller/collect.py`) says whether a round is owed; the decision function appends it to `status.rounds`
 and goes through the phases again:
 
 - **Deploying**: the arms the round starts again (`started`) are re-rendered (`arm_spec`) and
@@ -41,8 +41,13 @@ ROUND_ANNOTATION = manifests.ROUND_ANNOTATION
 
 
 def current(st: ExperimentStatus) -> Round | None:
+    """The round in progress of a status (`in_progress` of its rounds)."""
+    return in_progress(st.rounds)
+
+
+def in_progress(run: Sequence[Round]) -> Round | None:
     """The round in progress: the last one, while it has no outcome."""
-    last = st.rounds[-1] if st.rounds else None
+    last = run[-1] if run else None
     return last if last is not None and last.outcome is None else None
 
 

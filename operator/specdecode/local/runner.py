@@ -581,11 +581,9 @@ class _Run:
             failure = str(exc).splitlines()[0]
             return crossover.apply(self.spec, analysis, [], rounds, failure=failure)
         validity = result.summary.get("validity")
-        if isinstance(validity, dict) and not bool(validity.get("valid", True)):
-            why = "; ".join(validity.get("reasons") or []) or "marked invalid"
-            return crossover.apply(
-                self.spec, analysis, [], rounds, failure=f"its measurement is invalid: {why}"
-            )
+        invalid = crossover.invalid(validity)
+        if invalid is not None:
+            return crossover.apply(self.spec, analysis, [], rounds, failure=invalid)
         stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
         return crossover.apply(self.spec, analysis, stages, rounds)
 
