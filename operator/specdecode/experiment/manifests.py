@@ -174,7 +174,7 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release 
         str(PORT),
         "--seed",
         str(engine.seed),
-        "--enable-prefix-caching" if engine.prefix_caching else "--no-enable-prefix-caching",
+        "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
         "--generation-config",
         "vllm",
     ]
@@ -555,7 +555,10 @@ def build_load_job(
         {"name": "results", "emptyDir": {}},
     ]
     dataset = s.workload.dataset
-    if isinstance(dataset, spec.JsonlDataset | spec.TraceDataset) and dataset.config_map is not None:
+    if (
+        isinstance(dataset, spec.JsonlDataset | spec.TraceDataset | spec.MultiTurnDataset)
+        and dataset.config_map is not None
+    ):
         ref = dataset.config_map
         mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
         volumes.append(
