@@ -8,10 +8,14 @@ Prompt sources (spec.workload.dataset):
 - `builtin` `mixed`: `data/mixed.jsonl` shipped in the package (chat, code, summarisation, math).
 - `trace`: a request trace (`trace.py`): prompts or prompt lengths, output lengths and the send
   times of open-loop stages.
+- `multiTurn`: conversations (`sessions.py`), one request per user turn, later turns repeating
+  earlier ones.
 
 Invariants:
 - Every request's prompt starts with a nonce unique to (salt, stage, index): no two requests of a
-  run share a prefix-cache block, across stages too (loadgen-anchors (c)13).
+  run share a prefix-cache block, across stages too (loadgen-anchors (c)13). Multi-turn sessions
+  are the one exception, by design: the nonce is unique to (salt, stage, session), so the turns of
+  one session share their prefix and no two sessions do.
 - Warm-up prompts are taken from the dataset first and never reused by measured stages (when the
   dataset has more items than warm-up requests; the nonce keeps them byte-distinct regardless).
 - Bodies: greedy by default, fixed `max_tokens`, `ignore_eos`, `stream` with
@@ -73,6 +77,10 @@ class PreparedRequest:
     path: str
     body: bytes
     seed: int
+    session: int | None = None
+    """Multi-turn sessions (`sessions.py`): the session within the stage."""
+    turn: int | None = None
+    """Multi-turn sessions: the turn within the session, from 1."""
 
 
 class DatasetError(ValueError):
