@@ -1024,6 +1024,9 @@ def analyse_stage(
         stopped_early=bool(window and window.stopped_early),
     )
     result.batch_size = batch_size(stage, list(pairs.treatment.values()))
+    for arm, summary in ((CONTROL, result.control), (TREATMENT, result.treatment)):
+        server_of_arm = window.server.get(arm) if window is not None else None
+        summary.prefix_cache_hit_rate = server_of_arm.prefix_cache_hit_rate if server_of_arm else None
     metric = a.primary_metric.value
     both = pairs.both_ok()
     b, c = paired_values(both, metric)

@@ -102,6 +102,10 @@ def render_terminal(
     lines.append(Text(""))
     speed = _table("speed-up per stage", ("stage", "load", "pairs", "speed-up [CI]", "verdict"), left=_LEFT)
     goodput = any(s.control.goodput is not None or s.treatment.goodput is not None for s in status.stages)
+    hits = any(
+        s.control.prefix_cache_hit_rate is not None or s.treatment.prefix_cache_hit_rate is not None
+        for s in status.stages
+    )
     latency = _table(
         "per stage, control / treatment (times in ms)",
         (
@@ -110,6 +114,7 @@ def render_terminal(
             "TTFT p90",
             "errors",
             *(["goodput"] if goodput else []),
+            *(["prefix-cache hits"] if hits else []),
             "acceptance",
             "output match",
         ),
@@ -132,6 +137,11 @@ def render_terminal(
             f"{_ms(s.control.ttft_p90)} / {_ms(s.treatment.ttft_p90)}",
             f"{s.control.errors} / {s.treatment.errors}",
             *([f"{_pct(s.control.goodput)} / {_pct(s.treatment.goodput)}"] if goodput else []),
+            *(
+                [f"{_rate(s.control.prefix_cache_hit_rate)} / {_rate(s.treatment.prefix_cache_hit_rate)}"]
+                if hits
+                else []
+            ),
             "–"
             if acc is None or acc.rate is None
             else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
@@ -156,6 +166,8 @@ def render_terminal(
             rate = status.noise_floor.suggested_baseline_mismatch_rate
             parts.append(Text(f"suggested for the Compare run: guardrails.baselineMismatchRate: {rate:.3f}"))
     env = status.environment
+    if env is not None and env.prefix_caching:
+        parts.append(Text(PREFIX_CACHING_NOTE))
     if env is not None and env.vllm_rules is not None and env.simulator is None:
         parts.append(
             Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
@@ -213,6 +225,17 @@ def render_terminal(
 
 
 _LEFT = frozenset({"stage", "load", "verdict"})
+
+
+#: said wherever the arms ran with prefix caching (multi-turn sessions turn it on for both)
+PREFIX_CACHING_NOTE = (
+    "prefix caching: on in both arms (--enable-prefix-caching); later turns of a session reuse the "
+    "earlier turns' cached prefix, and each arm's hit rate is its own (prompt tokens served from cache)"
+)
+
+
+def _rate(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
 
 
 def _ms(v: float | None) -> str:
