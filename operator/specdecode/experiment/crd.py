@@ -129,7 +129,9 @@ def _merge_variants(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dic
                 # multi-turn sessions): either variant's values; the Python models hold each to its own
                 tag = variant.get("properties", {}).get("type", {}).get("enum", ["?"])[0]
                 known["enum"] = [*known["enum"], *(v for v in sub["enum"] if v not in known["enum"])]
-                known["description"] = f"{known.get('description', '')} With {tag}: {sub.get('description', '')}"
+                known["description"] = (
+                    f"{known.get('description', '')} With {tag}: {sub.get('description', '')}"
+                )
         rules.extend(variant.get("x-kubernetes-validations", []))
     properties["type"] = {
         "type": "string",

@@ -201,7 +201,8 @@ class EngineSpec(Model):
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations for both arms (GPU nodes are often tainted)."""
     prefix_caching: bool = False
-    """Enable vLLM's prefix caching. Off by default: a warm shared prefix distorts the comparison."""
+    """Enable vLLM's prefix caching. Off by default: a warm shared prefix distorts the comparison. A
+    multiTurn dataset turns it on in both arms whatever this says (its later turns repeat earlier ones)."""
     seed: int = Field(default=42, ge=0)
     """Engine seed (`--seed`), the same in both arms."""
     api_key_secret: SecretKeyRef | None = None
