@@ -45,6 +45,9 @@ def test_sessions_run_turn_after_turn_on_both_arms_with_prefix_caching_and_repor
     for arm in ("control", "treatment"):
         rate = stage[arm]["prefixCacheHitRate"]
         assert rate is not None and 0.2 < rate < 1.0, (arm, rate)
+    # the speed-up per turn index (informative), every measured pair in one of them
+    assert [t["name"] for t in stage["turns"]] == ["1", "2", "3", "4", "5"]
+    assert sum(t["pairs"] for t in stage["turns"]) == 60
 
     recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     measured = [r for r in recs if r["stage"] == "s4"]
@@ -75,3 +78,4 @@ def test_sessions_run_turn_after_turn_on_both_arms_with_prefix_caching_and_repor
 
     html = (out / "report.html").read_text()
     assert "prefix-cache hits" in html and "prefix caching: on in both arms" in html
+    assert "per turn of the sessions" in html

@@ -468,6 +468,9 @@ class StageResult(StatusModel):
     (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
     categories: list[CategoryResult] = Field(default_factory=list)
     """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
+    turns: list[CategoryResult] = Field(default_factory=list)
+    """Multi-turn sessions: speed-up and acceptance per turn index (`name`: the turn, from 1), informative
+    like the categories."""
     placement: StagePlacement | None = None
     """The placement effect and the speed-up without it (only when the crossover ran)."""
     break_even: BreakEven | None = None

@@ -278,19 +278,22 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             )
             + "</table>"
         )
-    if stage.categories:
-        out.append(
-            "<table><tr><th class=l>category</th><th>pairs</th><th>speed-up [CI]</th>"
-            "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
-            + "".join(
-                f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
-                f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
-                f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
-                for c in stage.categories
+    for column, groups, what in (
+        ("category", stage.categories, "per prompt category"),
+        ("turn", stage.turns, "per turn of the sessions (later turns repeat the earlier ones)"),
+    ):
+        if groups:
+            out.append(
+                f"<table><tr><th class=l>{column}</th><th>pairs</th><th>speed-up [CI]</th>"
+                "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
+                + "".join(
+                    f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
+                    f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
+                    f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
+                    for c in groups
+                )
+                + f"</table><p class=muted>{what}: paired t intervals, informative (they do not decide)</p>"
             )
-            + "</table><p class=muted>per prompt category: paired t intervals, informative (they do not"
-            " decide)</p>"
-        )
     if stage.guardrails:
         out.append(
             "<table><tr><th class=l>guardrail</th><th>estimate</th><th>interval</th><th>limit</th>"

@@ -1,7 +1,7 @@
 """The terminal summary: the verdict on a line of its own, one line saying why (which stages
 `requireStages` needed and what they got), the message, then the stage tables (speed-up, then
-latencies; one per prompt category when the prompts carry categories, and the noise-floor table of an
-A/A run) and the recommendation.
+latencies; one per prompt category when the prompts carry categories, one per turn of multi-turn
+sessions, and the noise-floor table of an A/A run) and the recommendation.
 
 Readable at 80 columns and in logs (no tty): the tables have no vertical borders, headers and cells
 wrap at spaces or fold instead of being cut to `…`, and a blank line separates the verdict block from
@@ -10,13 +10,22 @@ the first table.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from specdecode.experiment import breakeven, confirm, degradations, fairness, kvcache, placement, search
-from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor, StageVerdict
+from specdecode.experiment.status import (
+    CategoryResult,
+    ExperimentStatus,
+    Goodput,
+    NoiseFloor,
+    StageResult,
+    StageVerdict,
+)
 
 _STYLE = {
     "Promote": "bold green",
@@ -209,19 +218,30 @@ def render_terminal(
         if rec.confirmation_reason is not None:
             parts.append(Text(confirm.summary(rec), style="green" if rec.confirmed else "yellow"))
     if any(s.categories for s in status.stages):
-        by_category = _table(
-            "per prompt category (informative)",
-            ("stage", "category", "pairs", "speed-up [CI]", "acceptance"),
-            left=frozenset({"stage", "category"}),
+        parts.append(
+            _groups_table(status, "per prompt category (informative)", "category", lambda s: s.categories)
         )
-        for s in status.stages:
-            for c in s.categories:
-                ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
-                if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
-                    ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
-                by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
-        parts.append(by_category)
+    if any(s.turns for s in status.stages):
+        parts.append(
+            _groups_table(status, "per turn of the sessions (informative)", "turn", lambda s: s.turns)
+        )
     return Group(*parts)
+
+
+def _groups_table(
+    status: ExperimentStatus, title: str, column: str, groups: Callable[[StageResult], list[CategoryResult]]
+) -> Table:
+    """One row per stage and group (a prompt category, a session's turn): pairs, speed-up, acceptance."""
+    table = _table(
+        title, ("stage", column, "pairs", "speed-up [CI]", "acceptance"), left=frozenset({"stage", column})
+    )
+    for s in status.stages:
+        for c in groups(s):
+            ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
+            if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
+                ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
+            table.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
+    return table
 
 
 _LEFT = frozenset({"stage", "load", "verdict"})
