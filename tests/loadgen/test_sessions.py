@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from specdecode.controller import handlers
-from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import manifests, spec, validation
 from specdecode.loadgen import plan, sessions, workload
 from tests.factories import ROOT, experiment_document
@@ -33,16 +31,16 @@ TRIP = {
 
 
 def _spec(dataset: dict[str, Any], **workload_fields: Any) -> spec.ExperimentSpec:
-    wl: dict[str, Any] = {
+    """Two closed-loop stages of 10 turns over `dataset`, 3 warm-up requests (`workload_fields` replace)."""
+    stages = [{"name": "c2", "concurrency": 2}, {"name": "c4", "concurrency": 4}]
+    wl = {
         "dataset": dataset,
-        "stages": [{"name": "c2", "concurrency": 2}, {"name": "c4", "concurrency": 4}],
+        "stages": stages,
         "requestsPerStage": 10,
         "warmupRequests": 3,
+        **workload_fields,
     }
-    wl.update(workload_fields)
-    return spec.ExperimentSpec.model_validate(
-        {"model": "m", "speculative": {"method": "ngram", "numSpeculativeTokens": 3}, "workload": wl}
-    )
+    return spec.ExperimentSpec.model_validate(experiment_document(workload=wl)["spec"])
 
 
 def _messages(req: workload.PreparedRequest) -> list[dict[str, str]]:
@@ -165,18 +163,6 @@ def test_both_arms_run_with_prefix_caching_on_for_sessions_and_off_otherwise() -
         argv = manifests.serve_args(sessions_spec, arm)
         assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
         assert "--no-enable-prefix-caching" in manifests.serve_args(plain, arm)
-
-
-def test_the_operator_refuses_conversations_by_path_and_runs_them_from_a_config_map_or_builtin() -> None:
-    def subject(dataset: dict[str, Any]) -> Any:
-        wl = {"dataset": dataset, "stages": [{"name": "c2", "concurrency": 2}]}
-        return handlers._subject("exp", 1, experiment_document(workload=wl), OperatorSettings())
-
-    refused = subject({"type": "multiTurn", "path": "c.jsonl"})
-    assert refused.spec is None
-    assert refused.problems == [f"spec.workload.dataset.path: {validation.CONVERSATIONS_PATH_LOCAL_ONLY}"]
-    assert subject({"type": "multiTurn", "configMap": {"name": "chats", "key": "c.jsonl"}}).spec is not None
-    assert subject({"type": "multiTurn", "builtin": "conversations"}).spec is not None
 
 
 def test_a_config_map_of_conversations_is_read_from_the_mounted_dataset_file(tmp_path: Path) -> None:

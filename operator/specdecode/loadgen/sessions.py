@@ -35,7 +35,6 @@ one session share their prefix and no two sessions (or runs) do.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -99,16 +98,8 @@ def _check_messages(messages: Any, where: str) -> tuple[dict[str, str], ...]:
 def read_conversations(text: str, *, source: str) -> list[Conversation]:
     """Parse a JSONL conversations file; errors name the line (`workload.DatasetError`)."""
     out: list[Conversation] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, obj in workload.json_lines(text, source=source):
         where = f"{source}:{n}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise workload.DatasetError(f"{where}: not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise workload.DatasetError(f"{where}: expected an object")
         unknown = sorted(set(obj) - {"id", "category", "messages"})
         if unknown:
             raise workload.DatasetError(
@@ -139,17 +130,8 @@ def load(
     """The conversations of a multiTurn dataset (`dataset_file` overrides, e.g. the mounted ConfigMap key)."""
     if dataset.builtin is not None and dataset_file is None:
         return builtin(dataset.builtin)
-    if dataset_file is None:
-        if dataset.path is None:
-            raise workload.DatasetError(
-                "a configMap dataset needs --dataset-file (the mounted ConfigMap key)"
-            )
-        dataset_file = base_dir / dataset.path
-    try:
-        text = dataset_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise workload.DatasetError(f"{dataset_file}: cannot read: {exc}") from None
-    return read_conversations(text, source=str(dataset_file))
+    text, source = workload.dataset_text(dataset.path, base_dir, dataset_file, what="dataset")
+    return read_conversations(text, source=source)
 
 
 def mean_turns(conversations: Sequence[Conversation]) -> float:
