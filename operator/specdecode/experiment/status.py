@@ -84,6 +84,30 @@ class Verdict(StrEnum):
         return self is Verdict.PROMOTE
 
 
+class ReasonCode(StrEnum):
+    """CamelCase machine reasons: of the overall verdict (`status.reason`) and of each stage's verdict
+    (`stages[].code`, the code of its first reason line)."""
+
+    SPEEDUP_CONFIRMED = "SpeedupConfirmed"
+    """Every required stage passed."""
+    SLOWER_THAN_REQUIRED = "SlowerThanRequired"
+    """A required stage is surely below minSpeedup."""
+    GUARDRAIL_FAILED = "GuardrailFailed"
+    """A guardrail surely failed at a required stage."""
+    OUTPUT_MISMATCH = "OutputMismatch"
+    """Greedy outputs of the treatment differ from the control's (critical, whatever the speed)."""
+    INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
+    """Neither confirmed nor refuted at a required stage."""
+    INVALID_MEASUREMENT = "InvalidMeasurement"
+    """The load generator marked the measurement untrustworthy."""
+    NO_DATA = "NoData"
+    """Nothing (or too little) was measured."""
+    NOISE_FLOOR = "NoiseFloor"
+    """An A/A run (`analysis.mode: NoiseFloor`): measured, not judged; see `status.noiseFloor`."""
+    PLACEMENT_EFFECT = "PlacementEffect"
+    """The crossover found the pass comparable to the placement effect (`status.crossover`)."""
+
+
 class StageVerdict(StrEnum):
     """The outcome of one load stage."""
 
@@ -450,6 +474,8 @@ class StageResult(StatusModel):
     """Pass, Fail or Inconclusive."""
     reasons: list[str] = Field(default_factory=list)
     """Why: one short line per finding (guardrails, evidence)."""
+    code: ReasonCode | None = None
+    """The machine reason of `verdict` (the code of the first line of `reasons`)."""
     stopped_early: bool = False
     """Sequential analysis ended the stage before `requestsPerStage`."""
     tails: list[QuantileSpeedup] = Field(default_factory=list)

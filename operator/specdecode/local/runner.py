@@ -54,6 +54,7 @@ from specdecode.experiment import (
     documents,
     kvcache,
     placement,
+    recommendation,
     records,
     releases,
     search,
@@ -531,7 +532,7 @@ class _Run:
             )
         update: dict[str, Any] = {"search": found}
         if found.probes and judged.verdict is not None:
-            update["recommendation"] = verdict.recommend(self.spec, [*judged.stages, *found.probes])
+            update["recommendation"] = recommendation.recommend(self.spec, [*judged.stages, *found.probes])
         return judged.model_copy(update=update)
 
     def _crossover(
