@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import typing
@@ -18,7 +17,7 @@ import pytest
 
 from specdecode.experiment import spec, validation
 from specdecode.loadgen import plan, workload
-from tests.chart.test_dockerfile import build_context
+from tests.chart.test_dockerfile import copy_build_context
 from tests.factories import ROOT, experiment_document
 
 DATA = ROOT / "operator" / "specdecode" / "loadgen" / "data"
@@ -132,10 +131,7 @@ def test_an_unknown_builtin_name_is_refused_naming_the_field_and_the_choices() -
 def test_the_wheel_built_from_the_image_build_context_carries_the_datasets_and_their_licences(
     tmp_path: Path,
 ) -> None:
-    src = tmp_path / "src"
-    for path in build_context():
-        (src / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / path, src / path)
+    src = copy_build_context(tmp_path / "src")
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), "."], cwd=src, check=True)
