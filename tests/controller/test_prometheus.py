@@ -173,3 +173,23 @@ def test_a_failing_query_is_tried_once_the_operator_s_tick_is_the_retry(
     with pytest.raises(prometheus.PrometheusUnavailable, match="503"):
         source.query("up", 0)
     assert _Canned.hits == 1
+
+
+def test_an_arm_s_kv_capacity_is_read_from_its_cache_config_info_series() -> None:
+    source = FakeSource(
+        {
+            "vllm:cache_config_info": [
+                ({"pod": "exp-treatment-a", "num_gpu_blocks": "2906", "block_size": "16"}, "1"),
+                ({"pod": "exp-treatment-b", "num_gpu_blocks": "None", "block_size": "16"}, "1"),
+            ]
+        }
+    )
+    capacity = prometheus.kv_capacity(source, LABELS, at=30)
+    assert capacity is not None and (capacity.tokens, capacity.block_size) == (2906 * 16, 16)
+    assert source.queries == [
+        'vllm:cache_config_info{namespace="llm",specdecode_io_experiment="exp",specdecode_io_arm="treatment"}'
+    ]
+
+
+def test_an_arm_without_a_cache_config_info_series_has_no_kv_capacity() -> None:
+    assert prometheus.kv_capacity(FakeSource({}), LABELS, at=30) is None

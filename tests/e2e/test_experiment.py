@@ -29,7 +29,7 @@ from prometheus_server import Prometheus
 from tests.grafana import dashboard
 
 from specdecode.controller import results
-from specdecode.experiment import sequential
+from specdecode.experiment import sequential, simprofiles
 
 pytestmark = pytest.mark.e2e
 
@@ -214,6 +214,17 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0
     estimate = stage["speedup"]["estimate"]
     assert (estimate > 1.05) if verdict == "Promote" else (estimate < 1.05)
+    # The draft's memory cost (#18): each arm's KV cache, read from vllm:cache_config_info through
+    # Prometheus; the simulated draft takes its profile's draft_kv_share of the treatment's.
+    params = simprofiles.PROFILES[profile]
+    arms = status["environment"]["arms"]
+    expected = {
+        arm: params.kv_capacity_tokens(speculative=arm == "treatment") // 16 * 16
+        for arm in ("control", "treatment")
+    }
+    assert {arm: arms[arm]["kvCacheTokens"] for arm in expected} == expected, arms
+    assert expected["treatment"] < expected["control"]
+    assert arms["treatment"]["maxConcurrency"] < arms["control"]["maxConcurrency"], arms
 
     uid = operator.get("sdx", name)["metadata"]["uid"]
     results = [

@@ -31,6 +31,7 @@ from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     confirm,
     crossover,
+    kvcache,
     manifests,
     promql,
     reconcile,
@@ -142,7 +143,7 @@ async def arms_scraped(
     experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
 ) -> bool | None:
     """Whether Prometheus scrapes both arms (None when no Prometheus is configured: collection will say so)."""
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is None:
         return None
     source = prometheus.PrometheusSource(url, timeout=5.0)
@@ -158,6 +159,37 @@ async def arms_scraped(
         return await asyncio.to_thread(check)
     except prometheus.PrometheusUnavailable:
         return False
+
+
+async def kv_capacities(
+    experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
+) -> dict[spec.Arm, kvcache.KVCapacity]:
+    """Each arm's KV-cache capacity as Prometheus holds it (`vllm:cache_config_info`, issue #18); an arm
+    without it, or a Prometheus that does not answer, is left out: the capacity explains a verdict,
+    it does not decide one."""
+    url = prometheus_url(experiment, settings)
+    if url is None:
+        return {}
+    source = prometheus.PrometheusSource(url, timeout=5.0)
+
+    def read() -> dict[spec.Arm, kvcache.KVCapacity]:
+        found = {}
+        for arm in spec.Arm:
+            labels = arm_labels(settings, namespace, name, arm)
+            capacity = prometheus.kv_capacity(source, labels, at=time.time())
+            if capacity is not None:
+                found[arm] = capacity
+        return found
+
+    try:
+        return await asyncio.to_thread(read)
+    except prometheus.PrometheusUnavailable:
+        return {}
+
+
+def prometheus_url(experiment: spec.ExperimentSpec, settings: OperatorSettings) -> str | None:
+    """The experiment's Prometheus (`spec.prometheus.url`), else the operator's default (None: neither)."""
+    return experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
 
 
 def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +293,7 @@ async def measured(
         )
     except results.ResultsError as exc:
         return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is None:
         return reconcile.CollectFailure(
             "PrometheusNotConfigured", "set spec.prometheus.url, or the operator's default Prometheus URL"
@@ -491,7 +523,7 @@ async def salvage(
     measured = [w.stage for w in windows if w.stage in stages]
     if not measured:
         return failed
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is not None:
         source = prometheus.PrometheusSource(url)
         with contextlib.suppress(prometheus.PrometheusUnavailable, prometheus.PrometheusNoData):
