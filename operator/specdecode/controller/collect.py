@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import gzip
 import json
@@ -39,6 +40,7 @@ from specdecode.experiment import (
     rounds,
     spec,
     status,
+    telemetry,
     verdict,
 )
 from specdecode.report import page
@@ -127,6 +129,45 @@ def with_prometheus(
                 )
             server[arm.value] = metrics
         updated.append(window.model_copy(update={"server": server}))
+    return updated
+
+
+def gpu_telemetry(
+    source: prometheus.PrometheusSource | Any,
+    stages: Sequence[status.StageResult],
+    windows: Sequence[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+) -> list[status.StageResult]:
+    """Each stage with its arms' GPU telemetry from the DCGM exporter (`telemetry.py`), over its window."""
+    by_stage = {w.stage: w for w in windows}
+    names = manifests.Names(name)
+    updated = []
+    for stage in stages:
+        window = by_stage.get(stage.name)
+        if window is None:
+            updated.append(stage)
+            continue
+        start, end = anchor.wall + window.start, anchor.wall + window.end
+        arms = {
+            arm: prometheus.arm_gpu(
+                source,
+                telemetry.pod_selector(
+                    namespace_label=settings.dcgm_namespace_label,
+                    pod_label=settings.dcgm_pod_label,
+                    namespace=namespace,
+                    deployment=names.arm(arm),
+                ),
+                start=start,
+                end=end,
+            )
+            for arm in spec.Arm
+        }
+        gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT])
+        updated.append(stage.model_copy(update={"gpu": gpu}))
     return updated
 
 
@@ -354,6 +395,22 @@ async def collect(
         )
     if isinstance(checked, reconcile.CollectFailure):
         return checked
+    try:
+        gpu = await asyncio.to_thread(
+            gpu_telemetry,
+            prometheus.PrometheusSource(str(prometheus_url(experiment, settings))),
+            analysis.stages,
+            windows,
+            anchor,
+            namespace=metadata["namespace"],
+            name=name,
+            settings=settings,
+        )
+    except prometheus.PrometheusUnavailable as exc:  # it answered a moment ago: retried
+        return reconcile.CollectFailure(
+            "PrometheusUnavailable", f"Prometheus did not answer: {exc}", transient=True
+        )
+    analysis = dataclasses.replace(analysis, stages=gpu)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     message = analysis.message
