@@ -873,10 +873,7 @@ def _arm_host(
     with contextlib.suppress(httpx.HTTPError):
         answer = client.get(f"{arm.url}/metrics")
         capacity = kvcache.from_metrics(answer.text) if answer.status_code == 200 else None
-        if capacity is not None:
-            facts["kv_cache_tokens"] = capacity.tokens
-            if request_tokens is not None:
-                facts["max_concurrency"] = capacity.max_concurrency(request_tokens)
+        host = kvcache.with_capacity(host, capacity, request_tokens)
     return host.model_copy(update=facts)
 
 
