@@ -11,7 +11,7 @@ node). So round 1 measures the true speed-up S times h.
 - with it: round 2 repeats the stage with the hosts swapped (true S / h), `--fraction` of the pairs
   at a fixed horizon (paired t interval), and `crossover.fold` + `crossover.judge` (the operator's
   code) decide whether a round-1 pass stands. Round 1's point estimate is the operator's
-  (`verdict.sequential_estimate`, median-unbiased at the deciding look).
+  (`comparison.sequential_estimate`, median-unbiased at the deciding look).
 
 Reported per (S, h): the promote rate without and with the crossover, and the mean placement effect
 estimated (exp f) among all runs. `--rule round1-margin` replaces `crossover.judge` by the rule it was
@@ -38,7 +38,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from montecarlo import sequential_rule, simulate
 
-from specdecode.experiment import crossover, sequential, verdict
+from specdecode.experiment import comparison, crossover, sequential
 from specdecode.experiment.status import Speedup, StageResult, StageVerdict
 
 
@@ -75,7 +75,7 @@ def scenario(
         low, high = float(bounds[0, r]), float(bounds[1, r])
         at = sequential.Look(True, "", int(used[r]), low, high)
         if promoted[r]:
-            est = verdict.sequential_estimate(
+            est = comparison.sequential_estimate(
                 d1[r], at, threshold=threshold, confidence=confidence, horizon=pairs
             )
         else:  # only a pass can be withheld: the centre suffices for the effect's mean

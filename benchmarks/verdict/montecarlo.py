@@ -5,7 +5,7 @@ Each simulated experiment is one stage of up to `--max-pairs` paired requests. P
 a_i ~ N(0, 0.4) is the prompt's own heterogeneity, shared by both arms (long prompts are slow in
 both); e ~ N(0, sigma) is independent per arm (batch composition differs between the arms); with
 probability 5% a request also stalls by a factor 1 + Pareto(2) (heavy right tail, both arms alike).
-The true speed-up is exp(E[log control - log treatment]) — the estimand of verdict.compare.
+The true speed-up is exp(E[log control - log treatment]) — the estimand of comparison.compare.
 
 Rules compared on the same samples:
 - sequential: the operator's rule — `specdecode.experiment.sequential`, the code the operator runs: a
@@ -21,7 +21,7 @@ The point estimate (issue 14), on the first `--estimate-runs` runs of each scena
 log scale (mean and median of estimate - log true speed-up, and how often it overshoots), and the
 coverage of the interval reported with it, for
 - reported: the operator's estimate, median-unbiased at the deciding look
-  (`verdict.sequential_estimate`), with that look's repeated confidence interval;
+  (`comparison.sequential_estimate`), with that look's repeated confidence interval;
 - mean at stop: the plain mean of the pairs at the deciding look (the interval's centre);
 - before: the estimate shipped before issue 14, the mean of every pair that finished, including the
   `--overrun` pairs still in flight at the stop (closed loop at concurrency C: about C), with the
@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from specdecode.experiment import sequential, verdict
+from specdecode.experiment import comparison, sequential
 
 
 def simulate(rng: np.random.Generator, runs: int, pairs: int, speedup: float, sigma: float) -> np.ndarray:
@@ -96,7 +96,7 @@ def estimates(
     for r in range(runs):
         n, low, high = int(used[r]), float(bounds[0, r]), float(bounds[1, r])
         at = sequential.Look(True, "", n, low, high)
-        est = verdict.sequential_estimate(
+        est = comparison.sequential_estimate(
             d[r], at, threshold=threshold, confidence=confidence, horizon=horizon
         )
         centre = float(d[r, :n].mean())
@@ -139,7 +139,7 @@ def goodput_false_veto(
         for n in (50, 300):
             blocked = failed = 0
             for r in range(runs):
-                change = verdict.paired_proportion_difference(
+                change = comparison.paired_proportion_difference(
                     (c[r, :n] <= slo).tolist(), (t[r, :n] <= slo).tolist(), confidence=confidence
                 )
                 assert change is not None

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdecode import exit_status
-from specdecode.experiment import fairness, reconcile, spec, status
+from specdecode.experiment import fairness, kvcache, reconcile, spec, status, telemetry
 
 RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
 REPORT_KEY = "report.html.gz"
@@ -203,6 +203,9 @@ def describe(obj: dict[str, Any]) -> str:
         lines.append(f"Arms differ: {fairness.summary(st.arm_differences)}")
     if st.stages:
         lines += ["Stages:", *_stage_table(st.stages)]
+        # The draft's memory cost and the arms' GPUs (issue #18), as the report says them.
+        arms = st.environment.arms if st.environment is not None else None
+        lines += [f"  {line}" for line in [*kvcache.summary(arms, st.stages), *telemetry.summary(st.stages)]]
     if st.recommendation is not None and st.recommendation.beneficial_up_to:
         lines.append(f"Beneficial up to: {st.recommendation.beneficial_up_to}")
     if st.results_ref is not None and st.results_ref.config_map:

@@ -461,6 +461,23 @@ def test_the_label_names_the_operator_queries_by_are_chart_values(render: Render
     assert (read.prom_experiment_label, read.prom_pod_label) == ("exp", "p")
 
 
+def test_the_dcgm_exporter_label_names_are_chart_values(render: Render) -> None:
+    defaults = OperatorSettings()
+    settings = OperatorSettings.from_env(env(render()))
+    assert (settings.dcgm_pod_label, settings.dcgm_namespace_label) == (
+        defaults.dcgm_pod_label,
+        defaults.dcgm_namespace_label,
+    )
+    renamed = env(
+        render(
+            "--set", "monitoring.dcgmLabelNames.pod=exported_pod",
+            "--set", "monitoring.dcgmLabelNames.namespace=exported_namespace",
+        )
+    )  # fmt: skip
+    read = OperatorSettings.from_env(renamed)
+    assert (read.dcgm_pod_label, read.dcgm_namespace_label) == ("exported_pod", "exported_namespace")
+
+
 def test_pod_monitors_are_off_by_default(render: Render) -> None:
     assert not [d for d in render() if d["kind"] == "PodMonitor"]
 

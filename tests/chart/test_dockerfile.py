@@ -134,6 +134,14 @@ def build_context() -> list[str]:
     return kept
 
 
+def copy_build_context(dest: Path) -> Path:
+    """A copy of the build context at `dest` (what the builder stage's `pip wheel` sees)."""
+    for path in build_context():
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, dest / path)
+    return dest
+
+
 def test_build_context_holds_only_what_the_wheel_is_built_from() -> None:
     context = build_context()
     top = {"pyproject.toml", "README.md", "requirements.lock"}
@@ -144,10 +152,7 @@ def test_build_context_holds_only_what_the_wheel_is_built_from() -> None:
 
 def test_builder_and_runtime_pip_steps_install_a_working_specdecode(tmp_path: Path) -> None:
     # The builder stage: `pip wheel --wheel-dir /wheels .` over exactly the build context.
-    src = tmp_path / "src"
-    for path in build_context():
-        (src / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / path, src / path)
+    src = copy_build_context(tmp_path / "src")
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     lock = ["-r", "requirements.lock"]

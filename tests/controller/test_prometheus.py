@@ -173,3 +173,49 @@ def test_a_failing_query_is_tried_once_the_operator_s_tick_is_the_retry(
     with pytest.raises(prometheus.PrometheusUnavailable, match="503"):
         source.query("up", 0)
     assert _Canned.hits == 1
+
+
+def test_an_arm_s_kv_capacity_is_read_from_its_cache_config_info_series() -> None:
+    source = FakeSource(
+        {
+            "vllm:cache_config_info": [
+                ({"pod": "exp-treatment-a", "num_gpu_blocks": "2906", "block_size": "16"}, "1"),
+                ({"pod": "exp-treatment-b", "num_gpu_blocks": "None", "block_size": "16"}, "1"),
+            ]
+        }
+    )
+    capacity = prometheus.kv_capacity(source, LABELS, at=30)
+    assert capacity is not None and (capacity.tokens, capacity.block_size) == (2906 * 16, 16)
+    assert source.queries == [
+        'vllm:cache_config_info{namespace="llm",specdecode_io_experiment="exp",specdecode_io_arm="treatment"}'
+    ]
+
+
+def test_an_arm_without_a_cache_config_info_series_has_no_kv_capacity() -> None:
+    assert prometheus.kv_capacity(FakeSource({}), LABELS, at=30) is None
+
+
+def test_an_arm_s_gpu_figures_come_from_the_dcgm_series_of_its_pods() -> None:
+    selector = '{namespace="llm",pod=~"exp-control-[a-z0-9]+-[a-z0-9]+"}'
+    source = FakeSource(
+        {
+            "count(last_over_time(DCGM_FI_DEV_GPU_UTIL": [({}, "1")],
+            "avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL": [({}, "71.25")],
+            "avg(avg_over_time(DCGM_FI_DEV_FB_USED": [({}, "129393")],
+            "max(max_over_time(DCGM_FI_DEV_FB_USED": [({}, "129393")],
+            "DCGM_FI_DEV_POWER_USAGE": [({}, "533.2")],
+        }
+    )
+    gpu = prometheus.arm_gpu(source, selector, start=0, end=30)
+    assert gpu is not None
+    assert (gpu.gpus, gpu.utilization_mean, gpu.memory_used_max_mib, gpu.power_mean_watts) == (
+        1,
+        71.2,
+        129393,
+        533.2,
+    )
+    assert all(selector in query and query.endswith("[32s]))") for query in source.queries)
+
+
+def test_an_arm_whose_pods_have_no_dcgm_series_has_no_gpu_figures() -> None:
+    assert prometheus.arm_gpu(FakeSource({}), "{}", start=0, end=30) is None

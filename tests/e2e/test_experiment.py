@@ -8,8 +8,10 @@ the operator decides. The simulator's parameters make the expected verdict certa
 
 from __future__ import annotations
 
+import base64
 import copy
 import errno
+import gzip
 import json
 import os
 import secrets
@@ -29,7 +31,7 @@ from prometheus_server import Prometheus
 from tests.grafana import dashboard
 
 from specdecode.controller import results
-from specdecode.experiment import sequential
+from specdecode.experiment import sequential, simprofiles
 
 pytestmark = pytest.mark.e2e
 
@@ -154,6 +156,12 @@ def assert_the_dashboard_shows(prometheus: Prometheus, namespace: str, name: str
     assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
 
 
+def report_html(operator: OperatorProcess, name: str) -> str:
+    """The report the operator stored in ConfigMap `<name>-report`."""
+    data = operator.get("configmap", f"{name}-report")["binaryData"]["report.html.gz"]
+    return gzip.decompress(base64.b64decode(data)).decode()
+
+
 def load_logs(operator: OperatorProcess, node_agent: NodeAgent, name: str) -> str:
     pods = operator.get("pods", "", "-l", f"specdecode.io/experiment={name}")["items"]
     return "\n".join(node_agent.pod_log(p, lines=30) for p in pods)
@@ -214,6 +222,22 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert stage["control"]["errors"] == 0 and stage["treatment"]["errors"] == 0
     estimate = stage["speedup"]["estimate"]
     assert (estimate > 1.05) if verdict == "Promote" else (estimate < 1.05)
+    # The draft's memory cost (#18): each arm's KV cache, read from vllm:cache_config_info through
+    # Prometheus; the simulated draft takes its profile's draft_kv_share of the treatment's.
+    params = simprofiles.PROFILES[profile]
+    arms = status["environment"]["arms"]
+    expected = {
+        arm: params.kv_capacity_tokens(speculative=arm == "treatment") // 16 * 16
+        for arm in ("control", "treatment")
+    }
+    assert {arm: arms[arm]["kvCacheTokens"] for arm in expected} == expected, arms
+    assert expected["treatment"] < expected["control"]
+    assert arms["treatment"]["maxConcurrency"] < arms["control"]["maxConcurrency"], arms
+    html = report_html(operator, name)
+    assert "memory: the draft takes" in html
+    # GPU telemetry (#18): this cluster has no DCGM exporter, and the status and the report say so.
+    assert stage["gpu"] == {"source": "absent"}, stage
+    assert "no DCGM metrics for the arms&#x27; pods" in html
 
     uid = operator.get("sdx", name)["metadata"]["uid"]
     results = [
@@ -236,6 +260,36 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
     (cs,) = load[0]["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 0
+
+
+def test_the_arms_gpu_telemetry_from_dcgm_series_is_in_the_status_and_the_report(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """#18: each simulator arm serves the DCGM exporter's series of its GPU (`--dcgm`), labelled with
+    its pod and namespace as dcgm-exporter's Kubernetes pod mapping labels them; the operator reads
+    them from the real Prometheus over the stage's window into `stages[].gpu` and the report."""
+    name = "gpu"
+    doc = experiment(name, "h200-8b-draft-1b", engine_args=["--dcgm"])
+    doc["spec"]["engine"]["env"] = [
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed" and status["verdict"] == "Reject", detail
+    (stage,) = status["stages"]
+    gpu = stage["gpu"]
+    assert gpu["source"] == "dcgm-exporter", detail
+    for arm in ("control", "treatment"):
+        figures = gpu[arm]
+        assert figures["gpus"] == 1, gpu
+        assert 0 < figures["utilizationMean"] <= 100, gpu  # busy for most of a closed-loop stage
+        assert figures["memoryUsedMeanMib"] == figures["memoryUsedMaxMib"] == 129393, gpu
+        assert 120 < figures["powerMeanWatts"] <= 700, gpu
+    html = report_html(operator, name)
+    assert "GPU per arm (dcgm-exporter, per GPU)" in html
+    assert "no DCGM metrics" not in html
 
 
 def test_a_trace_from_a_config_map_is_mounted_into_the_load_job_and_replayed_to_a_verdict(

@@ -40,6 +40,22 @@ def test_metrics_without_the_info_gauge_or_before_profiling_give_none() -> None:
     assert kvcache.from_metrics(METRICS.replace('num_gpu_blocks="2184"', 'num_gpu_blocks="None"')) is None
 
 
+def test_the_labels_prometheus_keeps_give_the_same_capacity_as_the_scrape() -> None:
+    labels = {"block_size": "16", "num_gpu_blocks": "2184", "pod": "exp-control-1", "namespace": "llm"}
+    assert kvcache.from_labels(labels) == kvcache.from_metrics(METRICS)
+    assert kvcache.from_labels({**labels, "num_gpu_blocks": "None"}) is None
+
+
+def test_a_host_gets_the_capacity_and_the_requests_of_the_workload_it_holds() -> None:
+    host = status.Host(node="n1")
+    capacity = kvcache.KVCapacity(tokens=1600, block_size=16)
+    assert kvcache.with_capacity(host, capacity, 161) == status.Host(
+        node="n1", kv_cache_tokens=1600, max_concurrency=9
+    )
+    assert kvcache.with_capacity(host, capacity, None).max_concurrency is None
+    assert kvcache.with_capacity(host, None, 161) is host
+
+
 def test_the_merged_033_line_and_the_older_two_lines_give_the_tokens() -> None:
     assert kvcache.from_log(LOG_033) == kvcache.KVCapacity(tokens=34_952)
     assert kvcache.from_log(LOG_OLD) == kvcache.KVCapacity(tokens=1_234_560)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from specdecode.experiment import validation, verdict
+from specdecode.experiment import comparison, noisefloor, validation, verdict
 from specdecode.experiment.records import RequestRecord
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ExperimentStatus, Phase, StageVerdict, Verdict
@@ -81,7 +81,7 @@ def test_min_detectable_shrinks_as_the_stage_gets_more_requests(sequential: bool
     floors = []
     for n in (60, 240, 960):
         spec = make_spec(mode="NoiseFloor", requests=n, sequential=sequential)
-        nf = verdict.noise_floor(spec, a_a(spec, seed=1))
+        nf = noisefloor.noise_floor(spec, a_a(spec, seed=1))
         floor = nf.stages[0].min_detectable
         assert floor is not None and floor > 1.0
         floors.append(floor)
@@ -92,30 +92,30 @@ def test_min_detectable_shrinks_as_the_stage_gets_more_requests(sequential: bool
 
 def test_the_sequential_design_needs_a_larger_speedup_than_a_single_look() -> None:
     records = a_a(make_spec(mode="NoiseFloor"), seed=2)
-    fixed = verdict.noise_floor(make_spec(mode="NoiseFloor", sequential=False), records).stages[0]
-    looks = verdict.noise_floor(make_spec(mode="NoiseFloor", sequential=True), records).stages[0]
+    fixed = noisefloor.noise_floor(make_spec(mode="NoiseFloor", sequential=False), records).stages[0]
+    looks = noisefloor.noise_floor(make_spec(mode="NoiseFloor", sequential=True), records).stages[0]
     assert fixed.min_detectable is not None and looks.min_detectable is not None
     assert 1.0 < fixed.min_detectable < looks.min_detectable
 
 
 def test_measurable_flips_where_min_speedup_crosses_the_noise_floor() -> None:
     records = a_a(make_spec(mode="NoiseFloor"), seed=3)
-    floor = verdict.noise_floor(make_spec(mode="NoiseFloor"), records).stages[0].min_detectable
+    floor = noisefloor.noise_floor(make_spec(mode="NoiseFloor"), records).stages[0].min_detectable
     assert floor is not None
-    above = verdict.noise_floor(make_spec(mode="NoiseFloor", minSpeedup=floor * 1.01), records)
-    below = verdict.noise_floor(make_spec(mode="NoiseFloor", minSpeedup=floor * 0.99), records)
+    above = noisefloor.noise_floor(make_spec(mode="NoiseFloor", minSpeedup=floor * 1.01), records)
+    below = noisefloor.noise_floor(make_spec(mode="NoiseFloor", minSpeedup=floor * 0.99), records)
     assert above.stages[0].measurable is True and "low" in above.measurable_stages
     assert below.stages[0].measurable is False and "low" not in below.measurable_stages
     # The noise floor itself does not depend on minSpeedup (it is measured against 1.0).
     assert above.stages[0].min_detectable == pytest.approx(floor)
-    message = verdict._noise_floor_message(below)
+    message = noisefloor.noise_floor_message(below)
     assert f"not at low ({floor:.3f}x)" in message or "measurable at no stage" in message
 
 
 def test_the_mismatch_rate_has_a_wilson_interval_and_the_pooled_upper_bound_is_suggested() -> None:
     spec = make_spec(mode="NoiseFloor")
     records = a_a(spec, mismatch_rate=0.3, seed=4)
-    nf = verdict.noise_floor(spec, records)
+    nf = noisefloor.noise_floor(spec, records)
     # The stages report the guardrail finding (identical servers already miss minOutputMatch), not a verdict.
     stages = verdict.analyse(spec, records, []).stages
     assert all(s.reasons[1].startswith("outputMatch ") and "SurelyBreached" in s.reasons[1] for s in stages)
@@ -124,11 +124,11 @@ def test_the_mismatch_rate_has_a_wilson_interval_and_the_pooled_upper_bound_is_s
             s.mismatch_rate is not None and s.mismatch_ci_low is not None and s.mismatch_ci_high is not None
         )
         assert s.mismatch_rate == s.mismatches / s.compared
-        low, high = verdict.proportion_interval(s.mismatches, s.compared, confidence=0.95, method="wilson")
+        low, high = comparison.proportion_interval(s.mismatches, s.compared, confidence=0.95, method="wilson")
         assert (s.mismatch_ci_low, s.mismatch_ci_high) == pytest.approx((low, high))
         assert low < 0.3 < high
     total = sum(s.mismatches for s in nf.stages)
-    pooled = verdict.proportion_interval(total, 240, confidence=0.95, method="wilson")[1]
+    pooled = comparison.proportion_interval(total, 240, confidence=0.95, method="wilson")[1]
     assert nf.suggested_baseline_mismatch_rate == pytest.approx(pooled)
     assert 0.3 < pooled < 0.4
 
@@ -138,7 +138,7 @@ def test_with_sampling_no_mismatch_rate_is_claimed() -> None:
     doc["spec"]["workload"]["sampling"] = {"temperature": 0.7}
     doc["spec"]["analysis"] = {"mode": "NoiseFloor"}
     spec, _ = validation.parse_experiment(doc)
-    nf = verdict.noise_floor(spec, a_a(spec, mismatch_rate=0.3))
+    nf = noisefloor.noise_floor(spec, a_a(spec, mismatch_rate=0.3))
     assert all(s.mismatch_rate is None and s.compared == 0 for s in nf.stages)
     assert nf.suggested_baseline_mismatch_rate is None
 

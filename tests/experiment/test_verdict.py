@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -11,10 +12,25 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specdecode.experiment import sequential, validation, verdict
+from specdecode.experiment import (
+    acceptance,
+    comparison,
+    pairing,
+    recommendation,
+    sequential,
+    validation,
+    verdict,
+)
 from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
-from specdecode.experiment.status import ExperimentStatus, Phase, StageResult, StageVerdict, Verdict
+from specdecode.experiment.status import (
+    ExperimentStatus,
+    Phase,
+    ReasonCode,
+    StageResult,
+    StageVerdict,
+    Verdict,
+)
 from tests.factories import experiment_document
 from tests.report import synthetic
 
@@ -189,7 +205,7 @@ def test_goodput_is_the_fraction_of_requests_meeting_every_slo_with_a_wilson_int
         g = getattr(low, arm).goodput
         assert (g.requests, g.good) == (len(mine), good) and g.fraction == good / len(mine)
         assert g.ci_low < g.fraction < g.ci_high
-        assert g.per_second == pytest.approx(good / verdict.active_seconds(mine))
+        assert g.per_second == pytest.approx(good / pairing.active_seconds(mine))
     assert make_spec().analysis.slo.limits() == []
     assert stage(verdict.analyse(make_spec(), records, windows), "low").control.goodput is None
 
@@ -228,7 +244,9 @@ def test_the_paired_goodput_interval_covers_no_change_and_is_narrower_than_unpai
         shared = rng.random(200) < 0.85  # the prompt decides most of it, in both arms
         control = shared & (rng.random(200) < 0.97)
         treatment = shared & (rng.random(200) < 0.97)
-        change = verdict.paired_proportion_difference(control.tolist(), treatment.tolist(), confidence=0.95)
+        change = comparison.paired_proportion_difference(
+            control.tolist(), treatment.tolist(), confidence=0.95
+        )
         assert change is not None
         covered += change[1] <= 0.0 <= change[2]
     assert covered / runs >= 0.93
@@ -236,7 +254,7 @@ def test_the_paired_goodput_interval_covers_no_change_and_is_narrower_than_unpai
     p_c, p_t = control.mean(), treatment.mean()
     unpaired = 2 * 1.96 * math.sqrt(p_c * (1 - p_c) / 200 + p_t * (1 - p_t) / 200)
     assert low <= diff <= high and high - low < unpaired
-    assert verdict.paired_proportion_difference([], [], confidence=0.95) is None
+    assert comparison.paired_proportion_difference([], [], confidence=0.95) is None
 
 
 def test_speedup_and_acceptance_are_reported_per_prompt_category() -> None:
@@ -287,7 +305,7 @@ def test_acceptance_three_ways_agree_and_disagreement_is_flagged() -> None:
     assert len(acc.per_position) == spec.speculative.num_speculative_tokens
     treatment = [r for r in records if r.stage == "low" and r.arm == "treatment"]
     wrong = ArmServerMetrics(num_drafts=100, num_draft_tokens=500, num_accepted_tokens=50)
-    flagged = verdict.acceptance(treatment, wrong, k=5)
+    flagged = acceptance.acceptance(treatment, wrong, k=5)
     assert flagged is not None and flagged.agreement is False
 
 
@@ -352,7 +370,7 @@ def test_unpaired_failures_drop_the_pair_but_count_as_errors() -> None:
 
 
 def test_nan_values_are_dropped() -> None:
-    v = verdict.compare(
+    v = comparison.compare(
         [10.0, math.nan, 10.0] * 10,
         [8.0, 8.0, math.inf] * 10,
         metric="tpot",
@@ -363,23 +381,24 @@ def test_nan_values_are_dropped() -> None:
 
 
 def test_ties_give_a_degenerate_interval() -> None:
-    v = verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1, sequential_ci=False)
-    assert v.ci == (1.0, 1.0) and v.label is verdict.Label.FAIL
-    v = verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1)
-    assert v.effect == 1.0 and v.label is verdict.Label.FAIL
+    v = comparison.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    assert v.ci == (1.0, 1.0) and v.label is comparison.Label.FAIL
+    v = comparison.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1)
+    assert v.effect == 1.0 and v.label is comparison.Label.FAIL
 
 
 def test_empty_and_tiny_samples_are_no_data() -> None:
-    assert verdict.compare([], [], metric="tpot", min_speedup=1.1).label is verdict.Label.NO_DATA
+    assert comparison.compare([], [], metric="tpot", min_speedup=1.1).label is comparison.Label.NO_DATA
     assert (
-        verdict.compare([1.0] * 5, [1.0] * 5, metric="tpot", min_speedup=1.1).label is verdict.Label.NO_DATA
+        comparison.compare([1.0] * 5, [1.0] * 5, metric="tpot", min_speedup=1.1).label
+        is comparison.Label.NO_DATA
     )
     with pytest.raises(ValueError, match="differ in length"):
-        verdict.compare([1.0], [1.0, 2.0], metric="tpot", min_speedup=1.1)
+        comparison.compare([1.0], [1.0, 2.0], metric="tpot", min_speedup=1.1)
 
 
 def test_throughput_speedup_is_treatment_over_control() -> None:
-    v = verdict.compare(
+    v = comparison.compare(
         [100.0] * 20, [130.0] * 20, metric="throughput", min_speedup=1.1, higher_is_better=True
     )
     assert v.effect == pytest.approx(1.3)
@@ -431,8 +450,8 @@ def test_fixed_horizon_interval_is_the_paired_t() -> None:
     rng = np.random.default_rng(3)
     c = np.exp(rng.normal(0, 0.3, 200))
     t = c / 1.25 * np.exp(rng.normal(0, 0.1, 200))
-    v = verdict.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
-    assert v.method == "pairedT" and v.label is verdict.Label.PASS
+    v = comparison.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    assert v.method == "pairedT" and v.label is comparison.Label.PASS
     assert v.ci is not None and v.ci[0] < 1.25 < v.ci[1]
     assert v.p_value is not None and v.p_value < 0.001
 
@@ -441,8 +460,8 @@ def test_sequential_interval_is_wider_than_the_fixed_one() -> None:
     rng = np.random.default_rng(4)
     c = np.exp(rng.normal(0, 0.3, 300))
     t = c / 1.2 * np.exp(rng.normal(0, 0.3, 300))
-    fixed = verdict.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
-    seq = verdict.compare(c, t, metric="tpot", min_speedup=1.1)
+    fixed = comparison.compare(c, t, metric="tpot", min_speedup=1.1, sequential_ci=False)
+    seq = comparison.compare(c, t, metric="tpot", min_speedup=1.1)
     assert fixed.ci is not None and seq.ci is not None
     assert seq.ci[0] <= fixed.ci[0] and seq.ci[1] >= fixed.ci[1]
 
@@ -551,7 +570,7 @@ def test_the_sequential_estimate_is_median_unbiased_where_the_mean_at_the_stop_i
     for _ in range(runs):
         d = rng.normal(true, 0.4, 300)
         at = sequential.look(d, threshold=threshold, confidence=0.95, horizon=300, final=True)
-        estimate = verdict.sequential_estimate(d, at, threshold=threshold, confidence=0.95, horizon=300)
+        estimate = comparison.sequential_estimate(d, at, threshold=threshold, confidence=0.95, horizon=300)
         over_estimate += estimate > true
         over_mean += float(np.mean(d[: at.n])) > true
     assert over_mean / runs > 0.57
@@ -564,8 +583,8 @@ def test_pairs_after_the_deciding_look_do_not_drag_the_estimate_onto_the_interva
     rng = np.random.default_rng(5)
     first = sequential.planned_looks(300)[0]
     d = np.r_[rng.normal(math.log(1.35), 0.1, first), rng.normal(math.log(1.05), 0.1, 40)]
-    v = verdict.compare(np.exp(d), np.ones(d.size), metric="tpot", min_speedup=1.1, horizon=300)
-    assert v.label is verdict.Label.PASS and v.decided_at == first and v.ci is not None
+    v = comparison.compare(np.exp(d), np.ones(d.size), metric="tpot", min_speedup=1.1, horizon=300)
+    assert v.label is comparison.Label.PASS and v.decided_at == first and v.ci is not None
     assert math.exp(float(np.mean(d))) < v.ci[0]  # where the old estimate was
     assert v.ci[0] < v.effect < v.ci[1]  # type: ignore[operator]
 
@@ -573,7 +592,7 @@ def test_pairs_after_the_deciding_look_do_not_drag_the_estimate_onto_the_interva
 def test_the_noise_floor_is_the_speedup_the_design_promotes_nine_times_in_ten() -> None:
     rng = np.random.default_rng(12)
     d = rng.normal(0.0, 0.42, 300)  # an A/A-like stage: no speed-up, the noise of the benchmark's σ = 0.25
-    v = verdict.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
+    v = comparison.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
     floor = v.detectable
     assert floor is not None and 1.1 < floor < 1.3
     sd = float(np.std(d, ddof=1))
@@ -583,16 +602,16 @@ def test_the_noise_floor_is_the_speedup_the_design_promotes_nine_times_in_ten() 
         x = rng.normal(math.log(floor), sd, 300)
         at = sequential.look(x, threshold=math.log(1.1), confidence=0.95, horizon=300, final=True)
         promoted += at.why == "above"
-    assert abs(promoted / runs - verdict.DETECTABLE_POWER) < 0.05
+    assert abs(promoted / runs - comparison.DETECTABLE_POWER) < 0.05
     # Noisier stages, or fewer requests, can only show larger speed-ups; the fixed test likewise.
-    noisy = verdict.compare(np.exp(2 * d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
-    short = verdict.compare(np.exp(d[:60]), np.ones(60), metric="tpot", min_speedup=1.1, horizon=60)
+    noisy = comparison.compare(np.exp(2 * d), np.ones(300), metric="tpot", min_speedup=1.1, horizon=300)
+    short = comparison.compare(np.exp(d[:60]), np.ones(60), metric="tpot", min_speedup=1.1, horizon=60)
     assert noisy.detectable is not None and short.detectable is not None
     assert noisy.detectable > floor and short.detectable > floor
-    fixed = verdict.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, sequential_ci=False)
+    fixed = comparison.compare(np.exp(d), np.ones(300), metric="tpot", min_speedup=1.1, sequential_ci=False)
     crit = stats.t.ppf(0.975, 299) + stats.t.ppf(0.9, 299)
     assert fixed.detectable == pytest.approx(1.1 * math.exp(crit * sd / math.sqrt(300)))
-    assert verdict.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1).detectable is None
+    assert comparison.compare([10.0] * 20, [10.0] * 20, metric="tpot", min_speedup=1.1).detectable is None
 
 
 def test_repeated_p_value_matches_the_interval() -> None:
@@ -637,7 +656,7 @@ def test_the_recommendation_is_a_table_over_input_length_where_more_than_one_was
         _result("long-c1", 1, True),
         _result("long-c8", 8, False),
     ]
-    rec = verdict.recommend(_length_spec(inputTokens=256), results)
+    rec = recommendation.recommend(_length_spec(inputTokens=256), results)
     table = [
         (r.input_tokens, r.beneficial_up_to, r.num_speculative_tokens_per_batch_size)
         for r in rec.by_input_length
@@ -662,7 +681,7 @@ def test_the_recommendation_is_a_table_over_input_length_where_more_than_one_was
 
 def test_one_measured_length_gives_no_table() -> None:
     results = [_result("short-c1", 1, True), _result("short-c8", 8, False)]
-    rec = verdict.recommend(_length_spec(), results)
+    rec = recommendation.recommend(_length_spec(), results)
     assert (
         rec.by_input_length == []
         and rec.note == "passes up to short-c1 (~1 running requests), not at short-c8"
@@ -677,11 +696,110 @@ def test_the_overall_schedule_holds_for_every_length_that_passes_up_to_its_cut_o
         _result("long-c1", 1, True),
         _result("long-c8", 8, True),
     ]
-    rec = verdict.recommend(_length_spec(inputTokens=256), results)
+    rec = recommendation.recommend(_length_spec(inputTokens=256), results)
     assert rec.num_speculative_tokens_per_batch_size == [[1, 1, 5], [2, 4096, 0]]
     assert [r.beneficial_up_to for r in rec.by_input_length] == ["short-c1", "long-c8"]
     assert rec.note is not None and rec.note.endswith("; holds for inputTokens 256, 2048 of 256, 2048")
     failing = [_result(r.name, r.batch_size or 1, r.name != "short-c1") for r in results]
-    rec = verdict.recommend(_length_spec(inputTokens=256), failing)
+    rec = recommendation.recommend(_length_spec(inputTokens=256), failing)
     assert rec.note == "speculation did not pass at the lowest load (short-c1); leave it off"
     assert [r.beneficial_up_to for r in rec.by_input_length] == [None, "long-c8"]
+
+
+def _facts(**change: Any) -> verdict.StageFacts:
+    passing = comparison.MetricVerdict(
+        label=comparison.Label.PASS,
+        effect=1.3,
+        ci=(1.2, 1.4),
+        p_value=0.001,
+        n=200,
+        reason="1.30x",
+        method="t",
+    )
+    facts = verdict.StageFacts(
+        critical=False,
+        validity=verdict.StageValidity(True),
+        missing=None,
+        control_fails=False,
+        surely_breached=False,
+        breached=False,
+        speedup=passing,
+    )
+    return dataclasses.replace(facts, **change)
+
+
+def _label(label: comparison.Label) -> comparison.MetricVerdict:
+    return dataclasses.replace(_facts().speedup, label=label, reason=f"speed-up {label}")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({}, (StageVerdict.PASS, ReasonCode.SPEEDUP_CONFIRMED, "1.30x")),
+        # each row beats every row below it: the facts of the later rows are set too
+        (
+            {"critical": True, "validity": verdict.StageValidity(False, ["late"]), "surely_breached": True},
+            (
+                StageVerdict.FAIL,
+                ReasonCode.OUTPUT_MISMATCH,
+                "output mismatch under greedy sampling (critical)",
+            ),
+        ),
+        (
+            {"validity": verdict.StageValidity(False, ["pacer late"]), "missing": "no requests"},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.INVALID_MEASUREMENT, "invalid measurement: pacer late"),
+        ),
+        (
+            {"validity": verdict.StageValidity(False)},
+            (
+                StageVerdict.INCONCLUSIVE,
+                ReasonCode.INVALID_MEASUREMENT,
+                "invalid measurement: marked invalid",
+            ),
+        ),
+        (
+            {"missing": "no control requests", "control_fails": True},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.NO_DATA, "no data: no control requests"),
+        ),
+        (
+            {"control_fails": True, "surely_breached": True},
+            (
+                StageVerdict.INCONCLUSIVE,
+                ReasonCode.INVALID_MEASUREMENT,
+                "invalid measurement: the control arm fails too (errors are not speculation's)",
+            ),
+        ),
+        (
+            {"surely_breached": True, "speedup": _label(comparison.Label.NO_DATA)},
+            (StageVerdict.FAIL, ReasonCode.GUARDRAIL_FAILED, None),
+        ),
+        (
+            {"speedup": _label(comparison.Label.NO_DATA)},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.NO_DATA, "no data: speed-up NoData"),
+        ),
+        (
+            {"speedup": _label(comparison.Label.FAIL), "breached": True},
+            (StageVerdict.FAIL, ReasonCode.SLOWER_THAN_REQUIRED, "speed-up Fail"),
+        ),
+        ({"breached": True}, (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "1.30x")),
+        (
+            {"speedup": _label(comparison.Label.INCONCLUSIVE)},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "speed-up Inconclusive"),
+        ),
+    ],
+)
+def test_the_stage_rule_takes_the_first_row_that_holds(
+    change: dict[str, Any], expected: tuple[StageVerdict, ReasonCode, str | None]
+) -> None:
+    assert verdict.stage_rule(_facts(**change)) == expected
+
+
+def test_each_stage_carries_the_code_the_overall_reason_is_combined_from() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    result = verdict.analyse(spec, records, windows)
+    assert {s.name: s.code for s in result.stages} == {
+        "low": ReasonCode.SPEEDUP_CONFIRMED,
+        "c16": ReasonCode.SLOWER_THAN_REQUIRED,
+    }
+    assert result.reason == ReasonCode.SLOWER_THAN_REQUIRED

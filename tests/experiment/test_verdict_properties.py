@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdecode.experiment import sequential, verdict
+from specdecode.experiment import comparison, sequential
 
 latency = st.floats(min_value=0.1, max_value=1e4, allow_nan=False, allow_infinity=False)
 samples = st.integers(min_value=10, max_value=60).flatmap(
@@ -19,7 +19,7 @@ samples = st.integers(min_value=10, max_value=60).flatmap(
 @settings(max_examples=60, deadline=None)
 @given(samples, st.booleans())
 def test_interval_contains_the_estimate(pair: tuple[list[float], list[float]], seq: bool) -> None:
-    v = verdict.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1, sequential_ci=seq)
+    v = comparison.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1, sequential_ci=seq)
     assert v.ci is not None and v.effect is not None
     assert v.ci[0] <= v.effect * (1 + 1e-9) and v.effect <= v.ci[1] * (1 + 1e-9)
 
@@ -45,8 +45,8 @@ def test_the_sequential_estimate_lies_in_the_deciding_look_s_own_interval(
     # The interval is the repeated confidence interval of the look that decided, not widened to
     # reach an estimate made from other pairs; the estimate lies inside it.
     horizon = len(pair[0]) + extra
-    v = verdict.compare(pair[0], pair[1], metric="tpot", min_speedup=min_speedup, horizon=horizon)
-    d = verdict.log_ratios(pair[0], pair[1])
+    v = comparison.compare(pair[0], pair[1], metric="tpot", min_speedup=min_speedup, horizon=horizon)
+    d = comparison.log_ratios(pair[0], pair[1])
     at = sequential.look(d, threshold=math.log(min_speedup), confidence=0.95, horizon=horizon, final=True)
     assert v.ci is not None and v.effect is not None and v.decided_at == at.n
     assert v.ci == (math.exp(at.low), math.exp(at.high))
@@ -58,8 +58,8 @@ def test_the_sequential_estimate_lies_in_the_deciding_look_s_own_interval(
 def test_swapping_the_arms_inverts_the_ratio(pair: tuple[list[float], list[float]], seq: bool) -> None:
     # With sequential analysis the threshold decides which looks end the stage, so the statement is
     # equivariance: swapping the arms *and* inverting minSpeedup inverts the estimate and interval.
-    a = verdict.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1, sequential_ci=seq)
-    b = verdict.compare(pair[1], pair[0], metric="tpot", min_speedup=1 / 1.1, sequential_ci=seq)
+    a = comparison.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1, sequential_ci=seq)
+    b = comparison.compare(pair[1], pair[0], metric="tpot", min_speedup=1 / 1.1, sequential_ci=seq)
     assert a.effect is not None and b.effect is not None and a.ci is not None and b.ci is not None
     assert math.isclose(a.effect * b.effect, 1.0, rel_tol=1e-9)
     assert math.isclose(a.ci[0] * b.ci[1], 1.0, rel_tol=1e-9)
@@ -69,9 +69,9 @@ def test_swapping_the_arms_inverts_the_ratio(pair: tuple[list[float], list[float
 @settings(max_examples=60, deadline=None)
 @given(samples)
 def test_pass_and_fail_are_never_both_possible(pair: tuple[list[float], list[float]]) -> None:
-    v = verdict.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1)
+    v = comparison.compare(pair[0], pair[1], metric="tpot", min_speedup=1.1)
     assert v.ci is not None
-    if v.label is verdict.Label.PASS:
+    if v.label is comparison.Label.PASS:
         assert v.ci[0] >= 1.1 * (1 - 1e-12)
-    if v.label is verdict.Label.FAIL:
+    if v.label is comparison.Label.FAIL:
         assert v.ci[1] < 1.1

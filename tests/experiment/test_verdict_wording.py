@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from specdecode.experiment import verdict
+from specdecode.experiment import comparison
 
 
-def failing_just_below(limit: float, target: float) -> verdict.MetricVerdict:
+def failing_just_below(limit: float, target: float) -> comparison.MetricVerdict:
     """A fixed-horizon comparison whose upper bound lands at `target` (just below `limit`)."""
     rng = np.random.default_rng(3)
     baseline = rng.uniform(8.0, 12.0, 200)
@@ -17,7 +17,7 @@ def failing_just_below(limit: float, target: float) -> verdict.MetricVerdict:
     shift = 0.0
     for _ in range(60):  # the upper bound moves one for one with a shift of the log ratios
         candidate = baseline / np.exp(noise + shift)
-        mv = verdict.compare(baseline, candidate, metric="tpot", min_speedup=limit, sequential_ci=False)
+        mv = comparison.compare(baseline, candidate, metric="tpot", min_speedup=limit, sequential_ci=False)
         assert mv.ci is not None
         shift += np.log(target) - np.log(mv.ci[1])
     return mv
@@ -25,7 +25,7 @@ def failing_just_below(limit: float, target: float) -> verdict.MetricVerdict:
 
 def test_an_upper_bound_just_below_min_speedup_reads_below_it() -> None:
     mv = failing_just_below(1.05, 1.0498)
-    assert mv.label is verdict.Label.FAIL and mv.ci is not None and abs(mv.ci[1] - 1.0498) < 1e-6
+    assert mv.label is comparison.Label.FAIL and mv.ci is not None and abs(mv.ci[1] - 1.0498) < 1e-6
     shown = re.search(r"upper bound ([0-9.]+) < ([0-9.]+)", mv.reason)
     assert shown is not None, mv.reason
     assert float(shown[1]) < float(shown[2]), mv.reason  # not "1.050 < 1.05"

@@ -59,12 +59,26 @@ def result(out: Path) -> dict[str, Any]:
     return loaded
 
 
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """type -> (status, reason) of result.json's conditions, the ones a pipeline gates on in-cluster."""
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
 def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=120)
     out = tmp_path / "out"
     assert run(path, out, "--fail-on-reject") == 0
     status = result(out)
     assert status["phase"] == "Completed" and status["verdict"] == "Promote", status["message"]
+    # The same conditions as the resource's: a pipeline gates on Promoted locally too.
+    assert conditions(status) == {
+        "Ready": ("True", "Promote"),
+        "Reconciling": ("False", "Finished"),
+        "Stalled": ("False", "NotStalled"),
+        "Completed": ("True", "Promote"),
+        "Promoted": ("True", "Promote"),
+    }
+    assert all(c["observedGeneration"] == 1 for c in status["conditions"])
     stage = status["stages"][0]
     assert stage["speedup"]["ciLow"] >= 1.05
     assert stage["outputMatch"] == 1.0
@@ -144,6 +158,8 @@ def test_an_expensive_draft_is_rejected_and_fail_on_reject_exits_one(tmp_path: P
     assert run(path, out, "--fail-on-reject") == 1
     status = result(out)
     assert status["verdict"] == "Reject", status["message"]
+    assert conditions(status)["Completed"] == ("True", "Reject")
+    assert conditions(status)["Promoted"] == ("False", "Reject")
     assert status["stages"][0]["speedup"]["ciHigh"] < 1.05
     # Why it lost: the acceptance that would have paid at this load, above the one measured (#18).
     breakeven = status["stages"][0]["breakEven"]
@@ -268,6 +284,8 @@ def test_a_killed_arm_ends_the_run_with_exit_three_keeping_what_was_measured(tmp
     assert process.returncode == 3, err
     status = result(out)
     assert status["phase"] == "Failed" and status["reason"] == "EngineCrashed"
+    assert conditions(status)["Stalled"] == ("True", "EngineCrashed")
+    assert conditions(status)["Completed"][0] == conditions(status)["Promoted"][0] == "False"
     assert "treatment arm exited" in status["message"]
     assert "verdict" not in status
     assert len((out / "requests.jsonl").read_text().splitlines()) >= 10

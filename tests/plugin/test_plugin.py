@@ -166,3 +166,27 @@ def test_abort_annotates_the_generation_it_read_through_kubectl(
         [*flags, "annotate", plugin.RESOURCE, "exp", "specdecode.io/abort=3", "--overwrite"],
     ]
     assert "abort requested (generation 3)" in capsys.readouterr().out
+
+
+def test_describe_shows_the_draft_s_memory_cost_and_each_stage_s_gpus() -> None:
+    gpu = {"gpus": 1, "utilizationMean": 71.5, "memoryUsedMeanMib": 129393, "memoryUsedMaxMib": 129393}
+    measured = experiment(
+        "qwen",
+        {
+            "phase": "Completed",
+            "stages": [stage("c1", 1.2, "Pass", gpu={"source": "dcgm-exporter", "control": gpu})],
+            "environment": {
+                "arms": {"control": {"kvCacheTokens": 500000}, "treatment": {"kvCacheTokens": 464992}}
+            },
+        },
+    )
+    lines = plugin.describe(measured).splitlines()
+    assert "  memory: the draft takes 7% of the KV cache (464,992 of 500,000 tokens)" in lines
+    assert "  gpu c1: control util 72%, memory 129,393 MiB (max 129,393), –; treatment no series" in lines
+    absent = experiment(
+        "qwen", {"phase": "Completed", "stages": [stage("c1", 1.2, "Pass", gpu={"source": "absent"})]}
+    )
+    assert (
+        "  gpu: no DCGM metrics for the arms' pods (Prometheus holds no dcgm-exporter series for them)"
+        in plugin.describe(absent).splitlines()
+    )

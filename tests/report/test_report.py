@@ -24,6 +24,7 @@ from specdecode.experiment.records import ArmServerMetrics, RequestRecord, Stage
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
     ArmDifference,
+    ArmGpu,
     ArmHosts,
     ConfirmationStage,
     Degradation,
@@ -33,6 +34,7 @@ from specdecode.experiment.status import (
     Host,
     LengthRecommendation,
     Speedup,
+    StageGpu,
     StageVerdict,
 )
 from specdecode.report import results, svg, terminal
@@ -576,3 +578,29 @@ def test_without_prefix_cache_lookups_no_hit_rate_is_shown(spec: ExperimentSpec,
     assert all(s.control.prefix_cache_hit_rate is None for s in status.stages)
     assert "prefix-cache hits" not in terminal_text(status)
     assert "prefix-cache hits" not in render_html(status, records, windows, spec)
+
+
+def test_the_arms_gpus_show_per_stage_in_the_report_and_the_terminal_or_their_absence_is_said(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    status, records, windows = finished
+    arm = ArmGpu(gpus=1, utilization_mean=71.5, memory_used_mean_mib=129_393, power_mean_watts=534.7)
+    measured = status.model_copy(
+        update={
+            "stages": [
+                s.model_copy(update={"gpu": StageGpu(source="dcgm-exporter", control=arm, treatment=arm)})
+                for s in status.stages
+            ]
+        }
+    )
+    html = render_html(measured, records, windows, spec)
+    assert "GPU per arm (dcgm-exporter, per GPU)" in html and "<td>535</td>" in html
+    assert "no DCGM metrics" not in html
+    first = measured.stages[0].name
+    assert f"gpu {first}: control util 72%, memory 129,393 MiB (max –), 535 W" in terminal_text(measured)
+    absent = status.model_copy(
+        update={"stages": [s.model_copy(update={"gpu": StageGpu(source="absent")}) for s in status.stages]}
+    )
+    assert escape("no DCGM metrics for the arms' pods") in render_html(absent, records, windows, spec)
+    assert "GPU per arm" not in render_html(absent, records, windows, spec)
+    assert "gpu: no DCGM metrics for the arms' pods" in terminal_text(absent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import time
 from typing import Any
 
@@ -503,3 +504,22 @@ def test_kv_cache_capacity_is_exposed_and_logged_as_vllm_does_and_the_draft_take
     assert line in control.log.read_text()
     assert kvcache.from_log(treatment.log.read_text()) == kvcache.KVCapacity(tokens=76_992)
     assert kvcache.draft_share(control_cap, treatment_cap) == pytest.approx(0.23, abs=0.001)
+
+
+def test_dcgm_series_of_the_simulated_gpu_are_served_with_the_exporter_s_pod_labels(
+    start_sim: StartSim,
+) -> None:
+    """`--dcgm` (#18): dcgm-exporter's three default gauges of the pod's GPU; without it, none."""
+    assert "DCGM_FI" not in start_sim(*FAST).metrics()
+    exposition = start_sim(*FAST, "--dcgm").metrics()
+    found = {
+        match.group(1): (dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))), float(match.group(3)))
+        for match in re.finditer(r"^(DCGM_FI_DEV_\w+)\{(.*)\} (\S+)$", exposition, re.M)
+    }
+    assert set(found) == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"}
+    labels, util = found["DCGM_FI_DEV_GPU_UTIL"]
+    assert {"gpu", "UUID", "modelName", "Hostname", "pod", "namespace", "container"} <= set(labels)
+    assert labels["pod"] == socket.gethostname() and labels["namespace"] == "default"
+    assert util == 0.0 and found["DCGM_FI_DEV_POWER_USAGE"][1] == 120.0  # idle
+    assert found["DCGM_FI_DEV_FB_USED"][1] == 129393.0  # gpu_memory_utilization 0.9 of 143,771 MiB
+    assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in exposition

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import gzip
 import json
@@ -31,6 +32,7 @@ from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     confirm,
     crossover,
+    kvcache,
     manifests,
     promql,
     reconcile,
@@ -38,6 +40,7 @@ from specdecode.experiment import (
     rounds,
     spec,
     status,
+    telemetry,
     verdict,
 )
 from specdecode.report import page
@@ -129,6 +132,45 @@ def with_prometheus(
     return updated
 
 
+def gpu_telemetry(
+    source: prometheus.PrometheusSource | Any,
+    stages: Sequence[status.StageResult],
+    windows: Sequence[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+) -> list[status.StageResult]:
+    """Each stage with its arms' GPU telemetry from the DCGM exporter (`telemetry.py`), over its window."""
+    by_stage = {w.stage: w for w in windows}
+    names = manifests.Names(name)
+    updated = []
+    for stage in stages:
+        window = by_stage.get(stage.name)
+        if window is None:
+            updated.append(stage)
+            continue
+        start, end = anchor.wall + window.start, anchor.wall + window.end
+        arms = {
+            arm: prometheus.arm_gpu(
+                source,
+                telemetry.pod_selector(
+                    namespace_label=settings.dcgm_namespace_label,
+                    pod_label=settings.dcgm_pod_label,
+                    namespace=namespace,
+                    deployment=names.arm(arm),
+                ),
+                start=start,
+                end=end,
+            )
+            for arm in spec.Arm
+        }
+        gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT])
+        updated.append(stage.model_copy(update={"gpu": gpu}))
+    return updated
+
+
 def arm_labels(settings: OperatorSettings, namespace: str, name: str, arm: spec.Arm) -> dict[str, str]:
     """The Prometheus labels of one arm's pods."""
     return {
@@ -142,7 +184,7 @@ async def arms_scraped(
     experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
 ) -> bool | None:
     """Whether Prometheus scrapes both arms (None when no Prometheus is configured: collection will say so)."""
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is None:
         return None
     source = prometheus.PrometheusSource(url, timeout=5.0)
@@ -158,6 +200,37 @@ async def arms_scraped(
         return await asyncio.to_thread(check)
     except prometheus.PrometheusUnavailable:
         return False
+
+
+async def kv_capacities(
+    experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
+) -> dict[spec.Arm, kvcache.KVCapacity]:
+    """Each arm's KV-cache capacity as Prometheus holds it (`vllm:cache_config_info`, issue #18); an arm
+    without it, or a Prometheus that does not answer, is left out: the capacity explains a verdict,
+    it does not decide one."""
+    url = prometheus_url(experiment, settings)
+    if url is None:
+        return {}
+    source = prometheus.PrometheusSource(url, timeout=5.0)
+
+    def read() -> dict[spec.Arm, kvcache.KVCapacity]:
+        found = {}
+        for arm in spec.Arm:
+            labels = arm_labels(settings, namespace, name, arm)
+            capacity = prometheus.kv_capacity(source, labels, at=time.time())
+            if capacity is not None:
+                found[arm] = capacity
+        return found
+
+    try:
+        return await asyncio.to_thread(read)
+    except prometheus.PrometheusUnavailable:
+        return {}
+
+
+def prometheus_url(experiment: spec.ExperimentSpec, settings: OperatorSettings) -> str | None:
+    """The experiment's Prometheus (`spec.prometheus.url`), else the operator's default (None: neither)."""
+    return experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
 
 
 def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +334,7 @@ async def measured(
         )
     except results.ResultsError as exc:
         return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is None:
         return reconcile.CollectFailure(
             "PrometheusNotConfigured", "set spec.prometheus.url, or the operator's default Prometheus URL"
@@ -322,6 +395,22 @@ async def collect(
         )
     if isinstance(checked, reconcile.CollectFailure):
         return checked
+    try:
+        gpu = await asyncio.to_thread(
+            gpu_telemetry,
+            prometheus.PrometheusSource(str(prometheus_url(experiment, settings))),
+            analysis.stages,
+            windows,
+            anchor,
+            namespace=metadata["namespace"],
+            name=name,
+            settings=settings,
+        )
+    except prometheus.PrometheusUnavailable as exc:  # it answered a moment ago: retried
+        return reconcile.CollectFailure(
+            "PrometheusUnavailable", f"Prometheus did not answer: {exc}", transient=True
+        )
+    analysis = dataclasses.replace(analysis, stages=gpu)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     message = analysis.message
@@ -491,7 +580,7 @@ async def salvage(
     measured = [w.stage for w in windows if w.stage in stages]
     if not measured:
         return failed
-    url = experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
+    url = prometheus_url(experiment, settings)
     if url is not None:
         source = prometheus.PrometheusSource(url)
         with contextlib.suppress(prometheus.PrometheusUnavailable, prometheus.PrometheusNoData):

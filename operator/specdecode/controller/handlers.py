@@ -28,7 +28,16 @@ import kopf
 from specdecode.controller import collect, kube, lease, observe, results
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import degradations, manifests, reconcile, rounds, spec, status, validation
+from specdecode.experiment import (
+    degradations,
+    kvcache,
+    manifests,
+    reconcile,
+    rounds,
+    spec,
+    status,
+    validation,
+)
 
 SETTINGS = OperatorSettings.from_env()
 
@@ -196,9 +205,14 @@ async def _observe(
             await _nodes(client, observe.placed_pods(pods).values(), logger),
             vllm_version=subject.spec.engine.vllm_version,
         )
+        scraped = await collect.arms_scraped(subject.spec, namespace, name, settings)
+        # Each arm's KV cache (the draft's memory cost), read once Prometheus scrapes them both.
+        capacities = await collect.kv_capacities(subject.spec, namespace, name, settings) if scraped else {}
+        tokens = kvcache.request_tokens(subject.spec.workload)
+        hosts = {arm: kvcache.with_capacity(host, capacities.get(arm), tokens) for arm, host in hosts.items()}
         observed = replace(
             observed,
-            scraped=await collect.arms_scraped(subject.spec, namespace, name, settings),
+            scraped=scraped,
             hosts=hosts,
             degradations=await _degradations(client, namespace, pods) if subject.spec.speculates else [],
             arm_pods=observe.arm_pods(pods, hosts),

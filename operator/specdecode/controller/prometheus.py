@@ -24,7 +24,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from specdecode.experiment import promql, records
+from specdecode.experiment import kvcache, promql, records, status, telemetry
 
 
 class PrometheusUnavailable(Exception):
@@ -133,6 +133,27 @@ def arm_metrics(
             "accepted_per_position": [value for _, value in by_position],
         }
     )
+
+
+def arm_gpu(source: promql.MetricsSource, selector: str, *, start: float, end: float) -> status.ArmGpu | None:
+    """One arm's GPUs over a stage window (Unix times) from the DCGM exporter's series that `selector`
+    picks (`telemetry.pod_selector`); None when Prometheus holds none."""
+    seconds = max(1.0, end - start)
+    values = {key: _scalar(source, query, end) for key, query in telemetry.queries(selector, seconds).items()}
+    return telemetry.arm_gpu(values)
+
+
+def kv_capacity(
+    source: promql.MetricsSource, labels: Mapping[str, str], *, at: float
+) -> kvcache.KVCapacity | None:
+    """One arm's KV-cache capacity from its `vllm:cache_config_info` (the smallest of its pods':
+    each pod's batch fits in its own cache), or None when Prometheus holds no usable series."""
+    found = [
+        capacity
+        for sample in source.query(promql.info(kvcache.CACHE_CONFIG_METRIC, labels), at)
+        if (capacity := kvcache.from_labels(sample.labels)) is not None
+    ]
+    return min(found, key=lambda capacity: capacity.tokens) if found else None
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -42,6 +42,11 @@ class OperatorSettings:
     """Prometheus label holding the pod's namespace."""
     prom_pod_label: str = "pod"
     """Prometheus label holding the pod's name."""
+    dcgm_namespace_label: str = "namespace"
+    """Label of NVIDIA's DCGM exporter series naming the namespace of the pod that holds the GPU
+    (`exported_namespace` where Prometheus scrapes the exporter without `honor_labels`)."""
+    dcgm_pod_label: str = "pod"
+    """Label of the DCGM exporter series naming the pod that holds the GPU (`exported_pod` likewise)."""
     prometheus_pod_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
     )
@@ -89,6 +94,8 @@ class OperatorSettings:
             prom_arm_label=get("PROM_ARM_LABEL", default.prom_arm_label),
             prom_namespace_label=get("PROM_NAMESPACE_LABEL", default.prom_namespace_label),
             prom_pod_label=get("PROM_POD_LABEL", default.prom_pod_label),
+            dcgm_namespace_label=get("DCGM_NAMESPACE_LABEL", default.dcgm_namespace_label),
+            dcgm_pod_label=get("DCGM_POD_LABEL", default.dcgm_pod_label),
             prometheus_pod_labels=_parse_labels(prom_labels)
             if prom_labels
             else default.prometheus_pod_labels,

@@ -1,6 +1,6 @@
 """The confirmation round (`analysis.confirm`): the recommended batch-size schedule, measured.
 
-Pure. The recommendation (`verdict.recommend`) is a prediction from stages run with speculation
+Pure. The recommendation (`recommendation.recommend`) is a prediction from stages run with speculation
 always on. With `analysis.confirm`, the runner restarts the treatment with the recommended
 `num_speculative_tokens_per_batch_size` (`treatment_spec`) and runs the same stages (same prompts,
 same schedule) against the control again; this module plans and judges that round and folds it into

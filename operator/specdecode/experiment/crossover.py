@@ -47,11 +47,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from specdecode.experiment import spec, verdict
+from specdecode.experiment import recommendation, spec, verdict
 from specdecode.experiment.status import (
     CrossoverPlacement,
     CrossoverResult,
     Environment,
+    ReasonCode,
     Speedup,
     StagePlacement,
     StageResult,
@@ -60,7 +61,7 @@ from specdecode.experiment.status import (
 )
 
 #: The reason of a stage, and of the verdict, that the placement effect made Inconclusive.
-PLACEMENT_EFFECT = "PlacementEffect"
+PLACEMENT_EFFECT = ReasonCode.PLACEMENT_EFFECT
 #: Why the crossover did not run (`status.crossover.reason`).
 NOT_APART = "NotApart"
 SAME_PLACEMENT = "SamePlacement"
@@ -162,6 +163,7 @@ def judge(stage: StageResult, placed: StagePlacement, *, min_speedup: float) -> 
     return judged.model_copy(
         update={
             "verdict": StageVerdict.INCONCLUSIVE,
+            "code": ReasonCode.PLACEMENT_EFFECT,
             "reasons": [f"{PLACEMENT_EFFECT}: {why}", *stage.reasons],
             "placement": placed.model_copy(update={"demoted": True}),
         }
@@ -223,7 +225,7 @@ def apply(
             verdict=outcome,
             reason=reason_text,
             message=message,
-            recommendation=verdict.recommend(s, stages),
+            recommendation=recommendation.recommend(s, stages),
         ),
         result,
     )

@@ -5,6 +5,7 @@ shared/reference/vllm-0.33-facts.md §3):
 
 - the info gauge `vllm:cache_config_info` on `/metrics`, whose labels are the CacheConfig fields
   (`num_gpu_blocks`, `block_size`, ...) and whose value is 1;
+  Prometheus keeps those labels, so the operator reads the same series through it (`from_labels`);
 - the start-up line of `vllm/v1/core/kv_cache_utils.py`, logged once:
   `GPU KV cache size: 34,952 tokens, Maximum concurrency for 8,192 tokens per request: 4.27x`
   (older releases log the two halves as two lines; both forms are read).
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specdecode.experiment import spec, status
@@ -55,14 +56,28 @@ def from_metrics(text: str) -> KVCapacity | None:
     for line in text.splitlines():
         if not line.startswith(CACHE_CONFIG_METRIC + "{"):
             continue
-        labels = dict(_LABEL.findall(line[: line.rfind("}") + 1]))
-        try:
-            blocks = int(labels["num_gpu_blocks"])
-            block_size = int(labels["block_size"])
-        except (KeyError, ValueError):
-            return None  # e.g. num_gpu_blocks="None" before the engine profiled memory
-        return KVCapacity(tokens=blocks * block_size, block_size=block_size)
+        return from_labels(dict(_LABEL.findall(line[: line.rfind("}") + 1])))
     return None
+
+
+def from_labels(labels: Mapping[str, str]) -> KVCapacity | None:
+    """The capacity in the labels of one `vllm:cache_config_info` series (a scrape's line, or the
+    series Prometheus returns for it), or None if they hold no usable block count."""
+    try:
+        blocks = int(labels["num_gpu_blocks"])
+        block_size = int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None  # e.g. num_gpu_blocks="None" before the engine profiled memory
+    return KVCapacity(tokens=blocks * block_size, block_size=block_size)
+
+
+def with_capacity(host: status.Host, capacity: KVCapacity | None, request_tokens: int | None) -> status.Host:
+    """`host` with the arm's KV-cache capacity and, for requests of `request_tokens` tokens, how many it
+    holds at once (`environment.arms.<arm>.kvCacheTokens`, `.maxConcurrency`); unchanged without one."""
+    if capacity is None:
+        return host
+    held = capacity.max_concurrency(request_tokens) if request_tokens is not None else None
+    return host.model_copy(update={"kv_cache_tokens": capacity.tokens, "max_concurrency": held})
 
 
 def from_log(text: str) -> KVCapacity | None:

@@ -76,3 +76,8 @@ def max_gauge(metric: str, labels: Mapping[str, str], seconds: float) -> str:
 def targets_up(labels: Mapping[str, str]) -> str:
     """How many of the arm's pods Prometheus scrapes successfully."""
     return f"sum(up{selector(labels)})"
+
+
+def info(metric: str, labels: Mapping[str, str]) -> str:
+    """The arm's series of an info gauge, labels and all (one per pod)."""
+    return f"{metric}{selector(labels)}"

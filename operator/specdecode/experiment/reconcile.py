@@ -344,7 +344,7 @@ def _restart(subject: Subject, observed: Observed, now: datetime) -> Decision:
     if subject.spec is None:
         return _fail(fresh, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid")
     fresh = fresh.model_copy(update={"reason": "Accepted", "message": "waiting to deploy"})
-    fresh = _with_conditions(fresh, subject.generation, now)
+    fresh = with_conditions(fresh, subject.generation, now)
     actions = [Action.DELETE_STALE] if observed.stale_children else []
     weak = [Event("Warning", "WeakDesign", str(found)) for found in advice.advice(subject.spec)]
     return Decision(
@@ -507,7 +507,7 @@ def _analyzing(
             "phase_started_at": _ts(now),
         }
     )
-    done = _with_conditions(done, subject.generation, now, previous=current)
+    done = with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     return Decision(done, _cleanup_actions(subject, done, observed), [event])
@@ -814,7 +814,7 @@ def _enter(
     moved = current.model_copy(
         update={"phase": phase, "reason": reason, "message": message, "phase_started_at": _ts(now)}
     )
-    moved = _with_conditions(moved, subject.generation, now, previous=current)
+    moved = with_conditions(moved, subject.generation, now, previous=current)
     return Decision(moved, actions, [Event("Normal", reason, f"{phase.value}: {message}")])
 
 
@@ -836,7 +836,7 @@ def _fail(
             "phase_started_at": _ts(now),
         }
     )
-    failed = _with_conditions(failed, subject.generation, now, previous=current)
+    failed = with_conditions(failed, subject.generation, now, previous=current)
     actions = _cleanup_actions(subject, failed, observed or Observed())
     return Decision(failed, actions, [Event("Warning", reason, message)])
 
@@ -925,9 +925,12 @@ def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
     )
 
 
-def _with_conditions(
+def with_conditions(
     st: ExperimentStatus, generation: int, now: datetime, *, previous: ExperimentStatus | None = None
 ) -> ExperimentStatus:
+    """The status with its conditions (`conditions_for`) as the resource carries them: a condition's
+    transition time moves only when its status changes from `previous`. Also writes `run --local`'s
+    result.json, so a pipeline gates on the same conditions locally."""
     before = {c.type: c for c in (previous.conditions if previous else [])}
     conditions = []
     for kind, (value, reason, message) in conditions_for(st).items():

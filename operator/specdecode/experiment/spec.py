@@ -386,8 +386,14 @@ class BuiltinDataset(Model):
 
     type: Literal["builtin"]
     """`builtin`."""
-    name: Literal["mixed"] = "mixed"
-    """`mixed`: chat, code, summarisation and math prompts (acceptance differs by category)."""
+    name: Literal["mixed", "real-mixed", "humaneval", "gsm8k", "self-instruct", "peps"] = "mixed"
+    """`mixed`: 46 chat, code, summarisation and math prompts we wrote (acceptance differs by category);
+    `real-mixed`: 40 each of chat, code, math and summarisation from the four real-text sets;
+    `humaneval`: 164 Python functions to complete (code; OpenAI HumanEval, MIT);
+    `gsm8k`: 200 grade-school maths word problems (math; OpenAI GSM8K test split, MIT);
+    `self-instruct`: 252 user-oriented instructions (chat; Self-Instruct, Apache-2.0);
+    `peps`: 150 excerpts of Python Enhancement Proposals to summarise (summarisation; public domain).
+    Sources, licences and sampling: `loadgen/data/LICENSES.md`."""
 
 
 class TraceDataset(Model):

@@ -84,6 +84,30 @@ class Verdict(StrEnum):
         return self is Verdict.PROMOTE
 
 
+class ReasonCode(StrEnum):
+    """CamelCase machine reasons: of the overall verdict (`status.reason`) and of each stage's verdict
+    (`stages[].code`, the code of its first reason line)."""
+
+    SPEEDUP_CONFIRMED = "SpeedupConfirmed"
+    """Every required stage passed."""
+    SLOWER_THAN_REQUIRED = "SlowerThanRequired"
+    """A required stage is surely below minSpeedup."""
+    GUARDRAIL_FAILED = "GuardrailFailed"
+    """A guardrail surely failed at a required stage."""
+    OUTPUT_MISMATCH = "OutputMismatch"
+    """Greedy outputs of the treatment differ from the control's (critical, whatever the speed)."""
+    INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
+    """Neither confirmed nor refuted at a required stage."""
+    INVALID_MEASUREMENT = "InvalidMeasurement"
+    """The load generator marked the measurement untrustworthy."""
+    NO_DATA = "NoData"
+    """Nothing (or too little) was measured."""
+    NOISE_FLOOR = "NoiseFloor"
+    """An A/A run (`analysis.mode: NoiseFloor`): measured, not judged; see `status.noiseFloor`."""
+    PLACEMENT_EFFECT = "PlacementEffect"
+    """The crossover found the pass comparable to the placement effect (`status.crossover`)."""
+
+
 class StageVerdict(StrEnum):
     """The outcome of one load stage."""
 
@@ -436,6 +460,37 @@ class StagePlacement(StatusModel):
     """The stage would have passed; the placement effect turned it Inconclusive (`PlacementEffect`)."""
 
 
+class ArmGpu(StatusModel):
+    """One arm's GPUs over one stage window, from NVIDIA's DCGM exporter through Prometheus (issue #18).
+
+    Per GPU: with several GPUs (tensor parallelism) each figure is the mean over them, `memoryUsedMaxMib`
+    the highest on any of them."""
+
+    gpus: int = 0
+    """The arm's GPUs the exporter reported in the stage (series of `DCGM_FI_DEV_GPU_UTIL`)."""
+    utilization_mean: float | None = None
+    """Mean GPU utilisation over the stage, % (`DCGM_FI_DEV_GPU_UTIL`)."""
+    memory_used_mean_mib: float | None = None
+    """Mean framebuffer memory used, MiB (`DCGM_FI_DEV_FB_USED`; vLLM takes its KV cache up front, so
+    this is about `gpu_memory_utilization` of the GPU whatever the load)."""
+    memory_used_max_mib: float | None = None
+    """Highest framebuffer memory used, MiB."""
+    power_mean_watts: float | None = None
+    """Mean power draw, W (`DCGM_FI_DEV_POWER_USAGE`)."""
+
+
+class StageGpu(StatusModel):
+    """Both arms' GPU telemetry over one stage (issue #18)."""
+
+    source: str
+    """`dcgm-exporter` when Prometheus held the exporter's series for an arm's pods; `absent` when it
+    held none for either (no exporter, or one without its Kubernetes pod mapping)."""
+    control: ArmGpu | None = None
+    """The control arm's GPUs (None: no series for its pods)."""
+    treatment: ArmGpu | None = None
+    """The treatment arm's GPUs (None: no series for its pods)."""
+
+
 class StageResult(StatusModel):
     """Results and verdict of one load stage."""
 
@@ -457,6 +512,8 @@ class StageResult(StatusModel):
     """Pass, Fail or Inconclusive."""
     reasons: list[str] = Field(default_factory=list)
     """Why: one short line per finding (guardrails, evidence)."""
+    code: ReasonCode | None = None
+    """The machine reason of `verdict` (the code of the first line of `reasons`)."""
     stopped_early: bool = False
     """Sequential analysis ended the stage before `requestsPerStage`."""
     tails: list[QuantileSpeedup] = Field(default_factory=list)
@@ -475,6 +532,9 @@ class StageResult(StatusModel):
     """The placement effect and the speed-up without it (only when the crossover ran)."""
     break_even: BreakEven | None = None
     """Failing stages: the acceptance that would have paid at this load, next to the measured one."""
+    gpu: StageGpu | None = None
+    """GPU utilisation, memory and power of each arm's pods in the stage (the operator, from NVIDIA's
+    DCGM exporter through Prometheus; `run --local` reads no exporter and leaves it unset)."""
     started_at: str | None = None
     """When the stage's first request was due (RFC 3339; set by the operator, which exports it as
     `specdecode_stage_start_time_seconds` for the dashboard's stage markers)."""

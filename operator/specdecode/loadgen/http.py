@@ -3,7 +3,7 @@
 Why not httpx (the project's default client): the timestamp of a streamed event must be taken when
 its bytes reach the machine, not when a coroutine further up a stack of async iterators gets
 scheduled. On plain-HTTP Linux connections each socket read is stamped with the kernel's receive
-time (SO_TIMESTAMPNS through `recvmsg`, `_SocketTransport`); elsewhere `data_received` is the first
+time (SO_TIMESTAMPNS through `recvmsg`, `stamping.SocketTransport`); elsewhere `data_received` is the first
 Python code that sees the bytes and stamps them with `time.monotonic()` before anything else. The
 hot path only appends `(time, bytes)`; the chunked framing (`Response.decode`), SSE splitting and
 JSON parsing happen after the stream ends (`sse.py`). The measured difference against httpx is in
@@ -25,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl as ssl_module
-import struct
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
+
+from specdecode.loadgen import stamping
 
 (
     _HEAD,
@@ -389,116 +389,6 @@ class _Connection(asyncio.Protocol):
             self._done.set_result(self._response)
 
 
-# Linux's SO_TIMESTAMPNS (the same number serves as the control message type); Python < 3.14
-# does not name it.
-SO_TIMESTAMPNS = int(getattr(socket, "SO_TIMESTAMPNS", 35))
-_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-_READ_SIZE = 262144
-_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
-
-
-class _SocketTransport:
-    """The part of a transport `_Connection` uses, over a socket the loop watches with add_reader.
-
-    Reads use `recvmsg` with SO_TIMESTAMPNS: each read carries the kernel's receive time of its
-    newest bytes, so a stamp no longer depends on how soon the event loop got round to the socket
-    (with hundreds of streams whose chunks land in the same instant, that is milliseconds for the
-    last one). A read holds one chunk unless the loop fell a whole engine step behind, and then the
-    kernel stamp is still no later than the moment of reading.
-    """
-
-    def __init__(self, sock: socket.socket, proto: _Connection, loop: asyncio.AbstractEventLoop) -> None:
-        self._sock = sock
-        self._proto = proto
-        self._loop = loop
-        self._fd = sock.fileno()
-        self._out = b""
-        self._closing = False
-        loop.add_reader(self._fd, self._readable)
-
-    def _readable(self) -> None:
-        sock = self._sock
-        while True:
-            try:
-                data, anc, _, _ = sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._lost(exc)
-                return
-            now = time.monotonic()
-            if not data:
-                self._lost(None)
-                return
-            at = now
-            for level, kind, cdata in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
-                    sec, nsec = _TIMESPEC.unpack_from(cdata)
-                    # CLOCK_REALTIME -> CLOCK_MONOTONIC with the offset of this instant
-                    at = min(now, sec + nsec * 1e-9 - (time.time() - now))
-            self._proto.received(at, data)
-            if len(data) < _READ_SIZE or self._closing:
-                return
-
-    def _lost(self, exc: Exception | None) -> None:
-        if not self._closing:
-            self.close()
-            self._proto.connection_lost(exc)
-
-    def write(self, data: bytes) -> None:
-        if self._closing:
-            return
-        if self._out:
-            self._out += data
-            return
-        try:
-            sent = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError as exc:
-            self._lost(exc)
-            return
-        if sent < len(data):
-            self._out = data[sent:]
-            self._loop.add_writer(self._fd, self._writable)
-
-    def _writable(self) -> None:
-        try:
-            sent = self._sock.send(self._out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._lost(exc)
-            return
-        self._out = self._out[sent:]
-        if not self._out:
-            self._loop.remove_writer(self._fd)
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def close(self) -> None:
-        if self._closing:
-            return
-        self._closing = True
-        self._loop.remove_reader(self._fd)
-        if self._out:
-            self._loop.remove_writer(self._fd)
-        self._sock.close()
-
-
-def kernel_timestamps_supported() -> bool:
-    """SO_TIMESTAMPNS is available (Linux)."""
-    if not sys.platform.startswith("linux") or not _CMSG_SPACE or struct.calcsize("P") != 8:
-        return False
-    with socket.socket() as probe:
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            return False
-    return True
-
-
 class Pool:
     """Keep-alive connections to one origin, reused most-recently-used first.
 
@@ -526,7 +416,9 @@ class Pool:
         self._all: set[_Connection] = set()
         self.opened = 0
         """Connections opened so far."""
-        self.kernel_timestamps = kernel_stamps and self._ssl is None and kernel_timestamps_supported()
+        self.kernel_timestamps = (
+            kernel_stamps and self._ssl is None and stamping.kernel_timestamps_supported()
+        )
         """Reads are stamped by the kernel (plain HTTP on Linux); else when the loop delivers them."""
 
     async def connect(self) -> _Connection:
@@ -557,13 +449,13 @@ class Pool:
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            sock.setsockopt(socket.SOL_SOCKET, stamping.SO_TIMESTAMPNS, 1)
             await loop.sock_connect(sock, address)
         except BaseException:
             sock.close()
             raise
         conn = _Connection()
-        conn.connection_made(cast(asyncio.Transport, _SocketTransport(sock, conn, loop)))
+        conn.connection_made(cast(asyncio.Transport, stamping.SocketTransport(sock, conn, loop)))
         return conn
 
     def take_idle(self) -> _Connection | None:

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from specdecode.experiment import records, verdict
+from specdecode.experiment import pairing, records
 
 if TYPE_CHECKING:
     from specdecode.loadgen.plan import Plan
@@ -129,7 +129,7 @@ def arm_summary(
 ) -> dict[str, Any]:
     """Statistics of one arm in one stage."""
     ok = [r for r in recs if r.ok]
-    active_s = verdict.active_seconds(recs)
+    active_s = pairing.active_seconds(recs)
     errors = Counter(r.error_class or "other" for r in recs if not r.ok)
     per_event, per_token, tpe = _itl(ok)
     out_tokens = sum(r.completion_tokens or 0 for r in ok)

@@ -5,7 +5,10 @@ Prompt sources (spec.workload.dataset):
   server's `usage.prompt_tokens` records the real count) drawn from (seed, stage, index).
 - `jsonl`: one object per line, `{"prompt": str}` (→ /v1/completions) or `{"messages": [...]}`
   (→ /v1/chat/completions), optional `category` and `id`.
-- `builtin` `mixed`: `data/mixed.jsonl` shipped in the package (chat, code, summarisation, math).
+- `builtin`: `data/<name>.jsonl` shipped in the package, in the `jsonl` format: `mixed` (ours: chat,
+  code, summarisation, math), `real-mixed` (the four real-text sets, 40 of each category),
+  `humaneval` (code), `gsm8k` (math), `self-instruct` (chat) and `peps` (summarisation); sources,
+  licences and sampling in `data/LICENSES.md` (built by `hack/datasets.py`).
 - `trace`: a request trace (`trace.py`): prompts or prompt lengths, output lengths and the send
   times of open-loop stages.
 - `multiTurn`: conversations (`sessions.py`), one request per user turn, later turns repeating

@@ -54,6 +54,8 @@ from specdecode.experiment import (
     documents,
     kvcache,
     placement,
+    recommendation,
+    reconcile,
     records,
     releases,
     search,
@@ -202,6 +204,8 @@ class _Run:
         self.finished: dict[str, set[str]] = {}
         """Per arm: the stages its load finished (an interruption keeps those both arms finished)."""
         """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
+        self.written: ExperimentStatus | None = None
+        """The status last written to result.json (its conditions' transition times carry over)."""
         self.status = ExperimentStatus(
             observed_generation=1,
             phase=Phase.DEPLOYING,
@@ -505,7 +509,7 @@ class _Run:
         if self.loads:
             judged = self._one_after_the_other(judged)
         self.windows = windows
-        self._write(judged)
+        judged = self._write(judged)
         if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
             self.judged = judged
             update: dict[str, Any] = {}
@@ -514,8 +518,7 @@ class _Run:
             except (engines.EngineError, ArmFailure) as exc:  # the first round's verdict stands
                 update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
                 update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
-            judged = judged.model_copy(update=update)
-            self._write(judged)
+            judged = self._write(judged.model_copy(update=update))
         return judged
 
     def _with_search(self, judged: ExperimentStatus) -> ExperimentStatus:
@@ -531,7 +534,7 @@ class _Run:
             )
         update: dict[str, Any] = {"search": found}
         if found.probes and judged.verdict is not None:
-            update["recommendation"] = verdict.recommend(self.spec, [*judged.stages, *found.probes])
+            update["recommendation"] = recommendation.recommend(self.spec, [*judged.stages, *found.probes])
         return judged.model_copy(update=update)
 
     def _crossover(
@@ -738,8 +741,7 @@ class _Run:
                 "message": f"{self.judged.message}; the confirmation round was {how}",
             }
         )
-        self._write(final)
-        return final
+        return self._write(final)
 
     def failed(self, reason: str, message: str) -> ExperimentStatus:
         """Failed (could not measure), with what was measured kept in DIR."""
@@ -754,8 +756,7 @@ class _Run:
                 "completed_at": _now(),
             }
         )
-        self._write(final)
-        return final
+        return self._write(final)
 
     def _interrupted_in_stages(self, how: str) -> ExperimentStatus:
         """Interrupted before a verdict: Failed, keeping the stages both arms finished before it (their
@@ -807,7 +808,10 @@ class _Run:
         )
         return _merged_windows(control, treatment), _merged_validity(control_validity, treatment_validity)
 
-    def _write(self, final: ExperimentStatus) -> None:
+    def _write(self, final: ExperimentStatus) -> ExperimentStatus:
+        """result.json and the report of `final`, with the conditions the resource would carry."""
+        final = reconcile.with_conditions(final, 1, datetime.now(UTC), previous=self.written)
+        self.written = final
         with exit_status.writing_results(self.out):
             results.write_results(
                 self.out,
@@ -818,6 +822,7 @@ class _Run:
                 name=self.experiment.name,
                 write_inputs=False,
             )
+        return final
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -868,10 +873,7 @@ def _arm_host(
     with contextlib.suppress(httpx.HTTPError):
         answer = client.get(f"{arm.url}/metrics")
         capacity = kvcache.from_metrics(answer.text) if answer.status_code == 200 else None
-        if capacity is not None:
-            facts["kv_cache_tokens"] = capacity.tokens
-            if request_tokens is not None:
-                facts["max_concurrency"] = capacity.max_concurrency(request_tokens)
+        host = kvcache.with_capacity(host, capacity, request_tokens)
     return host.model_copy(update=facts)
 
 

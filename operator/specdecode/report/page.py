@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from specdecode.experiment import breakeven, confirm, kvcache, placement, search
+from specdecode.experiment import breakeven, confirm, kvcache, placement, search, telemetry
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
@@ -317,6 +317,7 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
         )
     if stage.break_even is not None:
         out.append(f"<p><b>break-even</b>: {escape(breakeven.describe(stage.name, stage.break_even))}</p>")
+    out.append(_gpu_table(stage))
     mine = [r for r in records if r.stage == stage.name and not r.warmup and r.ok]
     plots = []
     for metric, attr in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")):
@@ -336,6 +337,27 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
         )
     out.append('<div class="plots">' + "".join(plots) + "</div>")
     return "".join(out)
+
+
+def _gpu_table(stage: StageResult) -> str:
+    """The arms' GPUs in the stage (DCGM exporter, per GPU); nothing when none was reported."""
+    gpu = stage.gpu
+    if gpu is None or gpu.source != telemetry.SOURCE:
+        return ""
+    rows = "".join(
+        f"<tr><th class=l>{arm}</th><td>{'–' if g is None else g.gpus}</td>"
+        + "".join(
+            f"<td>{_num(None if g is None else getattr(g, key))}</td>"
+            for key in ("utilization_mean", "memory_used_mean_mib", "memory_used_max_mib", "power_mean_watts")
+        )
+        + "</tr>"
+        for arm, g in (("control", gpu.control), ("treatment", gpu.treatment))
+    )
+    return (
+        f"<table><caption>GPU per arm ({escape(gpu.source)}, per GPU)</caption><tr><th class=l>arm</th>"
+        "<th>GPUs</th><th>util mean %</th><th>memory mean MiB</th><th>memory max MiB</th>"
+        "<th>power mean W</th></tr>" + rows + "</table>"
+    )
 
 
 def _hosts_section(status: ExperimentStatus) -> str:
@@ -554,6 +576,9 @@ def render_html(
     body.append("<h2>Stages</h2>")
     if status.environment is not None and status.environment.prefix_caching:
         body.append(f"<p>{escape(terminal.PREFIX_CACHING_NOTE)}</p>")
+    missing = telemetry.absent(status.stages)
+    if missing is not None:  # GPU telemetry (issue #18): say that there is none, and why
+        body.append(f"<p class=muted>{escape(missing)}</p>")
     for stage in status.stages:
         body.append(_stage_section(stage, records))
     body.append("<h2>Validity</h2>")

@@ -17,7 +17,16 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from specdecode.experiment import breakeven, confirm, degradations, fairness, kvcache, placement, search
+from specdecode.experiment import (
+    breakeven,
+    confirm,
+    degradations,
+    fairness,
+    kvcache,
+    placement,
+    search,
+    telemetry,
+)
 from specdecode.experiment.status import (
     CategoryResult,
     ExperimentStatus,
@@ -187,6 +196,7 @@ def render_terminal(
             Text(line, style="yellow" if "likely cause" in line else "")
             for line in kvcache.summary(env.arms, status.stages)
         )
+    parts.extend(Text(line) for line in telemetry.summary(status.stages))
     if env is not None and env.arms is not None:
         where = {
             arm: host.node

@@ -13,6 +13,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from specdecode.simulator.dcgm import DcgmGpu
+
 CONTENT_TYPE = b"text/plain; version=1.0.0; charset=utf-8"
 
 BLOCK_SIZE = 16
@@ -148,8 +150,11 @@ class EngineMetrics:
         max_model_len: int = 2048,
         kv_cache_tokens: int = 0,
         prefix_caching: bool = False,
+        dcgm: DcgmGpu | None = None,
     ) -> None:
         self.model_name = model_name
+        self.dcgm = dcgm
+        """The GPU's DCGM exporter series, served along (`--dcgm`); None: not served."""
         self.k = num_spec_tokens
         self.num_gpu_blocks = kv_cache_tokens // BLOCK_SIZE
         """KV-cache blocks of this arm, as `vllm:cache_config_info{num_gpu_blocks}` (0: not exposed)."""
@@ -311,5 +316,7 @@ class EngineMetrics:
                 out.append(
                     f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{pos}"}} {_num(v)}'
                 )
+        if self.dcgm is not None:
+            self.dcgm.render(self.running, out)
         out.append("")
         return "\n".join(out).encode()

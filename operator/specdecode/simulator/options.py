@@ -212,6 +212,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"the simulated host's speed: every time parameter x X (1.1 = a 10%% slower host); "
         f"default ${SPEED_FACTOR_ENV} or 1",
     )
+    p.add_argument(
+        "--dcgm",
+        action="store_true",
+        help="also serve NVIDIA DCGM exporter series of one simulated GPU on /metrics, labelled as "
+        "dcgm-exporter's Kubernetes pod mapping labels them: pod $POD_NAME (else the hostname), "
+        "namespace $POD_NAMESPACE",
+    )
     faults = p.add_argument_group("fault injection and ground truth")
     faults.add_argument(
         "--startup-delay",
@@ -296,6 +303,8 @@ class SimOptions:
     ground_truth: Path | None
     wake_margin_s: float
     ignored: tuple[str, ...]
+    dcgm: bool = False
+    """Serve DCGM exporter series of the simulated GPU on `/metrics` (`simulator/dcgm.py`)."""
 
 
 def parse_speculative_config(raw: str, *, acceptance_rate: float) -> tuple[dict[str, Any], SpecConfig]:
@@ -374,6 +383,7 @@ def resolve(ns: argparse.Namespace) -> SimOptions:
         ground_truth=ns.ground_truth,
         wake_margin_s=ns.wake_margin_ms / 1000.0,
         ignored=tuple(getattr(ns, "ignored", None) or ()),
+        dcgm=ns.dcgm,
     )
 
 

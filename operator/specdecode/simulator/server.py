@@ -19,6 +19,7 @@ import sys
 
 from specdecode.experiment import degradations
 from specdecode.simulator import api, options
+from specdecode.simulator.dcgm import DcgmGpu
 from specdecode.simulator.engine import Engine
 from specdecode.simulator.groundtruth import GroundTruth
 from specdecode.simulator.http import Connection
@@ -46,6 +47,7 @@ async def serve(opts: options.SimOptions, *, ready: asyncio.Event | None = None)
         max_model_len=opts.max_model_len,
         kv_cache_tokens=opts.params.kv_capacity_tokens(speculative=opts.spec is not None),
         prefix_caching=opts.prefix_caching,
+        dcgm=DcgmGpu() if opts.dcgm else None,
     )
     sched = Scheduler(
         opts.params, opts.spec, seed=opts.seed, metrics=metrics, prefix_caching=opts.prefix_caching

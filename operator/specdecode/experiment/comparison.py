@@ -1,0 +1,365 @@
+"""Paired comparisons of the two arms: the speed-up with its interval, tails, proportions.
+
+Pure: numpy/scipy on paired arrays in, `MetricVerdict`s and interval tuples out. `verdict.py` applies
+them per stage; `guardrails.py` and `noisefloor.py` reuse the intervals.
+
+Speed-up (per stage, primary metric). Request i of a stage went to both arms with the same prompt at
+the same time, so the natural unit is the pair: d_i = log(control_i / treatment_i) for latencies
+(tpot, e2e, ttft), log(treatment_i / control_i) for throughput (output tokens / E2E of the request).
+The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-prompt heterogeneity
+(long prompts are slow in both arms) cancels in the ratio, the log makes it scale-free and symmetric
+(swapping the arms inverts it exactly), and heavy right tails are tamed. Its interval:
+- `analysis.sequential: true` (default): the repeated confidence interval of the group-sequential
+  design in `sequential.py` (looks planned from the stage's request bound, error spent over them),
+  at the configured confidence, taken at the look that decided the stage. The load generator may
+  have stopped the stage early on the same design (`stage_decided`); the interval stays valid.
+  The point estimate is the median-unbiased one at that look (stagewise ordering,
+  `sequential.median_unbiased`), which lies inside the interval: the plain mean there overshoots,
+  since a stage stops early when its mean happens to lie far from minSpeedup. Pairs that finished
+  after the deciding look (in flight at the stop) enter neither: a mean over them sat on or
+  outside the interval's end (issue 14: `c4: 1.198 [1.198, 1.438]`).
+- `sequential: false`: the paired t interval on d (exact under normal d, robust by the CLT at the
+  hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
+Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
+reported, not decisive: quantile ratios of a few hundred requests are too noisy to gate on (p99).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from specdecode.experiment import sequential
+from specdecode.experiment.status import (
+    QuantileSpeedup,
+)
+
+FloatArray = npt.NDArray[np.float64]
+
+
+#: fewest pairs for a fixed-horizon interval (the sequential one needs sequential.MIN_PAIRS)
+MIN_PAIRS_FIXED = 3
+#: bootstrap resamples for quantile ratios
+BOOTSTRAP_RESAMPLES = 2000
+#: quantiles compared between the arms
+TAIL_QUANTILES = (0.5, 0.9, 0.99)
+#: the power at which `min_detectable` reports the smallest speed-up a stage could show
+DETECTABLE_POWER = 0.9
+
+
+class Label(StrEnum):
+    """The outcome of one comparison (`compare`)."""
+
+    PASS = "Pass"
+    """The interval lies at or above the threshold."""
+    FAIL = "Fail"
+    """The interval lies below the threshold."""
+    INCONCLUSIVE = "Inconclusive"
+    """The interval straddles the threshold."""
+    NO_DATA = "NoData"
+    """Too few valid pairs to say anything."""
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One paired comparison: the speed-up `effect` with its interval `ci`, and what it says."""
+
+    label: Label
+    effect: float | None
+    ci: tuple[float, float] | None
+    p_value: float | None
+    n: int
+    reason: str
+    method: str
+    decided_at: int | None = None
+    """Pairs at the sequential look that decided (estimate and interval use those); None: all `n`."""
+    detectable: float | None = None
+    """The smallest speed-up this design promotes with probability `DETECTABLE_POWER` at the noise measured."""
+
+
+def log_ratios(
+    baseline: Sequence[float] | FloatArray,
+    candidate: Sequence[float] | FloatArray,
+    *,
+    higher_is_better: bool = False,
+) -> FloatArray:
+    """Per-pair log speed-ups; pairs where either value is missing, NaN, infinite or ≤ 0 are dropped."""
+    b = np.asarray(baseline, dtype=np.float64)
+    c = np.asarray(candidate, dtype=np.float64)
+    if b.shape != c.shape:
+        raise ValueError(f"paired samples differ in length: {b.shape} vs {c.shape}")
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    d: FloatArray = np.log(c[keep] / b[keep]) if higher_is_better else np.log(b[keep] / c[keep])
+    return d
+
+
+def _apart(below: float, limit: float) -> tuple[str, str]:
+    """`below` < `limit` written at a precision that shows it: 3 decimals, more while they round alike
+    (an upper bound of 1.0498 against minSpeedup 1.05 reads `1.0498 < 1.0500`, not `1.050 < 1.05`)."""
+    for decimals in range(3, 10):
+        shown, line = f"{below:.{decimals}f}", f"{limit:.{decimals}f}"
+        if shown != line:  # at 3 decimals the limit reads as written (`1.05`); beyond, as precise
+            return shown, f"{limit:g}" if decimals == 3 else line
+    return repr(below), repr(limit)
+
+
+def compare(
+    baseline: Sequence[float] | FloatArray,
+    candidate: Sequence[float] | FloatArray,
+    *,
+    metric: str,
+    min_speedup: float,
+    confidence: float = 0.95,
+    sequential_ci: bool = True,
+    horizon: int | None = None,
+    higher_is_better: bool = False,
+    first_look: int = sequential.FIRST_LOOK,
+) -> MetricVerdict:
+    """Speed-up of `candidate` (treatment) over `baseline` (control), pair by pair.
+
+    `baseline[i]` and `candidate[i]` are the same request in both arms. Latencies: speed-up is
+    baseline / candidate; with `higher_is_better` (throughput) candidate / baseline. `horizon` is
+    the most pairs the stage could have had and `first_look` the fewest before its first look
+    (`sequential.first_look` of its concurrency): they set the sequential design's looks.
+    """
+    d = log_ratios(baseline, candidate, higher_is_better=higher_is_better)
+    n = int(d.size)
+    threshold = math.log(min_speedup)
+    method = "groupSequential" if sequential_ci else "pairedT"
+    need = sequential.MIN_PAIRS if sequential_ci else MIN_PAIRS_FIXED
+    if n == 0:
+        return MetricVerdict(Label.NO_DATA, None, None, None, 0, f"no valid {metric} pairs", method)
+    mean = float(np.mean(d))
+    if n < need:
+        return MetricVerdict(
+            Label.NO_DATA,
+            math.exp(mean),
+            None,
+            None,
+            n,
+            f"{n} valid {metric} pairs, fewer than {need}",
+            method,
+        )
+    decided_at: int | None = None
+    if sequential_ci:
+        h = max(horizon or n, n)
+        at = sequential.look(
+            d, threshold=threshold, confidence=confidence, horizon=h, final=True, first=first_look
+        )
+        # Estimate and interval both come from the look that decided the stage: pairs that finished
+        # after it (in flight at the stop) would move a mean outside that look's interval.
+        low, high, decided_at = at.low, at.high, at.n
+        mean = sequential_estimate(
+            d, at, threshold=threshold, confidence=confidence, horizon=h, first=first_look
+        )
+        p = sequential.repeated_p_value(
+            d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n, first=first_look
+        )
+    else:
+        sd = float(np.std(d, ddof=1))
+        if sd == 0.0:
+            low = high = mean
+            p = 0.0 if mean > threshold else 1.0
+        else:
+            se = sd / math.sqrt(n)
+            crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
+            low, high = mean - crit * se, mean + crit * se
+            p = float(stats.t.sf((mean - threshold) / se, n - 1))
+    ci = (math.exp(low), math.exp(high))
+    if low >= threshold:
+        label, why = Label.PASS, f"lower bound {ci[0]:.3f} ≥ {min_speedup:g}"
+    elif high < threshold:
+        label, why = Label.FAIL, "upper bound {} < {}".format(*_apart(ci[1], min_speedup))
+    else:
+        label, why = Label.INCONCLUSIVE, f"interval [{ci[0]:.3f}, {ci[1]:.3f}] contains {min_speedup:g}"
+    floor = min_detectable(
+        d,
+        threshold=threshold,
+        confidence=confidence,
+        horizon=horizon,
+        sequential_ci=sequential_ci,
+        first_look=first_look,
+    )
+    return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
+
+
+def min_detectable(
+    d: FloatArray,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int | None,
+    sequential_ci: bool,
+    first_look: int = sequential.FIRST_LOOK,
+) -> float | None:
+    """The noise floor of a stage: the smallest speed-up its design promotes with probability
+    `DETECTABLE_POWER`, at the standard deviation of its paired log-ratios taken as the truth.
+
+    Sequential: the group-sequential design over the stage's request bound (`sequential.detectable`);
+    fixed horizon: the paired t test on the pairs that ran. A speed-up below it was unlikely to be
+    shown at this load, whatever its size: measure more requests, or accept a lower minSpeedup.
+    None without spread (ties) or with too few pairs.
+    """
+    n = int(d.size)
+    if n < 3:
+        return None
+    sd = float(np.std(d, ddof=1))
+    if not math.isfinite(sd) or sd == 0.0:
+        return None
+    if sequential_ci:
+        h = max(horizon or n, n)
+        floor = sequential.detectable(
+            sd,
+            threshold=threshold,
+            confidence=confidence,
+            horizon=h,
+            power=DETECTABLE_POWER,
+            first=first_look,
+        )
+        return math.exp(floor) if math.isfinite(floor) else None
+    crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))
+    return math.exp(threshold + crit * sd / math.sqrt(n))
+
+
+def sequential_estimate(
+    d: FloatArray,
+    at: sequential.Look,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int,
+    first: int = sequential.FIRST_LOOK,
+) -> float:
+    """The point estimate (log scale) that goes with the repeated confidence interval of `at`.
+
+    The median-unbiased estimate at the deciding look (`sequential.median_unbiased`): the naive
+    mean there is biased away from minSpeedup, because a stage stops early exactly when its mean
+    happens to lie far from it. It lies inside the interval (the interval is wider than the
+    stagewise one around it); where it would not (a statistic that jumped far past the boundary
+    between two looks, which the stagewise ordering cannot rank above earlier exits), or cannot be
+    computed, the interval's own centre (the mean at the look) is reported instead.
+    """
+    centre = float(np.mean(d[: at.n]))
+    estimate = sequential.median_unbiased(
+        d, at, threshold=threshold, confidence=confidence, horizon=horizon, first=first
+    )
+    if math.isfinite(estimate) and at.low <= estimate <= at.high:
+        return estimate
+    return centre
+
+
+def quantile_speedups(
+    baseline: FloatArray,
+    candidate: FloatArray,
+    *,
+    metric: str,
+    confidence: float,
+    rng: np.random.Generator,
+    quantiles: Sequence[float] = TAIL_QUANTILES,
+    higher_is_better: bool = False,
+) -> list[QuantileSpeedup]:
+    """Quantile ratios (control quantile / treatment quantile for latencies) with paired-bootstrap intervals."""
+    b = np.asarray(baseline, dtype=np.float64)
+    c = np.asarray(candidate, dtype=np.float64)
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    b, c = b[keep], c[keep]
+    if b.size == 0:
+        return []
+    q = np.asarray(quantiles)
+    num, den = (c, b) if higher_is_better else (b, c)
+    estimate = np.quantile(num, q) / np.quantile(den, q)
+    out: list[QuantileSpeedup] = []
+    if b.size >= sequential.MIN_PAIRS:
+        idx = rng.integers(0, b.size, size=(BOOTSTRAP_RESAMPLES, b.size))
+        boot = np.quantile(num[idx], q, axis=1) / np.quantile(den[idx], q, axis=1)  # (len(q), B)
+        tail = (1.0 - confidence) / 2.0
+        lows, highs = np.quantile(boot, tail, axis=1), np.quantile(boot, 1.0 - tail, axis=1)
+    for i, qq in enumerate(quantiles):
+        item = QuantileSpeedup(metric=metric, quantile=qq, estimate=float(estimate[i]))
+        if b.size >= sequential.MIN_PAIRS:
+            item.ci_low, item.ci_high = float(lows[i]), float(highs[i])
+        out.append(item)
+    return out
+
+
+def proportion_interval(
+    successes: int, trials: int, *, confidence: float, method: Literal["exact", "wilson"] = "exact"
+) -> tuple[float, float]:
+    """Clopper-Pearson (`exact`) or `wilson` score interval of a binomial proportion; (0, 1) with no trials."""
+    if trials <= 0:
+        return 0.0, 1.0
+    ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method=method)
+    return float(ci.low), float(ci.high)
+
+
+def paired_proportion_difference(
+    control: Sequence[bool], treatment: Sequence[bool], *, confidence: float
+) -> tuple[float, float, float] | None:
+    """treatment rate - control rate over paired successes, with Newcombe's hybrid score interval
+    for paired proportions (Newcombe 1998, method 10: Wilson limits of each rate, combined with the
+    pairs' phi correlation). None without pairs.
+
+    Pairing matters: both arms served the same prompts, so their successes are correlated and the
+    difference is known far better than from two independent samples.
+    """
+    n = len(control)
+    if n == 0 or len(treatment) != n:
+        return None
+    both = sum(c and t for c, t in zip(control, treatment, strict=True))
+    only_t = sum(t and not c for c, t in zip(control, treatment, strict=True))
+    only_c = sum(c and not t for c, t in zip(control, treatment, strict=True))
+    neither = n - both - only_t - only_c
+    p_t, p_c = (both + only_t) / n, (both + only_c) / n
+    l_t, u_t = proportion_interval(both + only_t, n, confidence=confidence, method="wilson")
+    l_c, u_c = proportion_interval(both + only_c, n, confidence=confidence, method="wilson")
+    a = (both + only_t) * (only_c + neither) * (both + only_c) * (only_t + neither)
+    phi = (both * neither - only_t * only_c) / math.sqrt(a) if a > 0 else 0.0
+    down = math.sqrt(max(0.0, (p_t - l_t) ** 2 - 2 * phi * (p_t - l_t) * (u_c - p_c) + (u_c - p_c) ** 2))
+    up = math.sqrt(max(0.0, (u_t - p_t) ** 2 - 2 * phi * (u_t - p_t) * (p_c - l_c) + (p_c - l_c) ** 2))
+    diff = p_t - p_c
+    return diff, max(-1.0, diff - down), min(1.0, diff + up)
+
+
+@dataclass(frozen=True)
+class QuantileChange:
+    """How one quantile moved from control to treatment: ratio and difference, with paired-bootstrap bounds."""
+
+    ratio: float
+    difference: float
+    ratio_ci: tuple[float, float] | None
+    difference_ci: tuple[float, float] | None
+
+
+def quantile_change(
+    control: FloatArray,
+    treatment: FloatArray,
+    *,
+    quantile: float,
+    confidence: float,
+    rng: np.random.Generator,
+) -> QuantileChange | None:
+    """treatment quantile / control quantile and treatment - control, over pairs (same resamples for both)."""
+    b = np.asarray(control, dtype=np.float64)
+    c = np.asarray(treatment, dtype=np.float64)
+    keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    b, c = b[keep], c[keep]
+    if b.size == 0:
+        return None
+    qb, qc = float(np.quantile(b, quantile)), float(np.quantile(c, quantile))
+    if b.size < sequential.MIN_PAIRS:
+        return QuantileChange(qc / qb, qc - qb, None, None)
+    idx = rng.integers(0, b.size, size=(BOOTSTRAP_RESAMPLES, b.size))
+    boot_b, boot_c = np.quantile(b[idx], quantile, axis=1), np.quantile(c[idx], quantile, axis=1)
+    tail = (1.0 - confidence) / 2.0
+    ratio = np.quantile(boot_c / boot_b, [tail, 1.0 - tail])
+    diff = np.quantile(boot_c - boot_b, [tail, 1.0 - tail])
+    return QuantileChange(
+        qc / qb, qc - qb, (float(ratio[0]), float(ratio[1])), (float(diff[0]), float(diff[1]))
+    )

@@ -1,0 +1,345 @@
+"""Guardrails of a stage, each with its own uncertainty, and the output-equivalence check.
+
+Pure; owns `status.stages[].guardrails`, `categories` and `turns`.
+
+Guardrails carry their own uncertainty. Each is Holds, Breached (its estimate is beyond the limit:
+a Pass is blocked, the stage is at best Inconclusive) or SurelyBreached (even the favourable
+confidence bound is beyond it: the stage Fails):
+| guardrail        | estimate                                   | interval                        |
+| ttftRegression   | p90(TTFT treatment) / p90(TTFT control) - 1 | paired bootstrap; counts only   |
+|                  | and p90 difference in ms                   | beyond ttftToleranceMs too      |
+| slo<Metric>P<q>  | treatment's q-th percentile (failed = ∞)   | order statistics; NotEvaluated  |
+|                  |                                            | where the control misses it too |
+| goodput          | paired change of the fraction meeting      | Newcombe paired score; upper    |
+|                  | every SLO (treatment - control)            | bound < 0 blocks, < -max fails  |
+| errorRate        | treatment errors / treatment requests      | Clopper-Pearson                 |
+| outputMatch      | identical greedy outputs / pairs           | Clopper-Pearson; Breached fails |
+|                  | limit minOutputMatch - baselineMismatchRate | when set: only SurelyBreached   |
+|                  |                                            | fails, Breached blocks a Pass   |
+| acceptanceRate   | accepted / drafted tokens                  | Clopper-Pearson on token counts |
+Goodput per arm (status `goodput`): requests that succeeded with every SLO metric within its
+largest limit / requests sent, Wilson interval, and per second of the arm's own active time.
+Output mismatch under greedy sampling is critical: Breached already fails the stage, and anywhere it
+happens the experiment is rejected (the minOutputMatch tolerance is the allowance for numeric noise).
+Output match is not evaluated with temperature > 0. Two identical servers need not agree bitwise
+either (batching changes the order of floating-point sums): `guardrails.baselineMismatchRate`, the
+rate an A/A run measured, is taken off the limit, and then only a sure breach (the whole interval
+below the limit) is critical.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from specdecode.experiment.acceptance import acceptance_counts
+from specdecode.experiment.comparison import (
+    FloatArray,
+    compare,
+    paired_proportion_difference,
+    proportion_interval,
+    quantile_change,
+)
+from specdecode.experiment.pairing import LATENCY_FIELDS, Pairs, meets_slo, paired_values
+from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.spec import (
+    ExperimentSpec,
+    PrimaryMetric,
+)
+from specdecode.experiment.status import (
+    Acceptance,
+    CategoryResult,
+    GuardrailResult,
+    StageResult,
+)
+
+
+class Outcome(StrEnum):
+    """What a guardrail decided."""
+
+    HOLDS = "Holds"
+    """The estimate is within the limit."""
+    BREACHED = "Breached"
+    """The estimate is beyond the limit: blocks a Pass."""
+    SURELY_BREACHED = "SurelyBreached"
+    """The favourable bound is beyond the limit: fails the stage."""
+    NOT_EVALUATED = "NotEvaluated"
+    """No data, or not applicable (e.g. output match with sampling)."""
+
+
+def _outcome(estimate: float, favourable: float, limit: float, *, upper_is_bad: bool) -> Outcome:
+    if upper_is_bad:
+        if favourable > limit:
+            return Outcome.SURELY_BREACHED
+        return Outcome.BREACHED if estimate > limit else Outcome.HOLDS
+    if favourable < limit:
+        return Outcome.SURELY_BREACHED
+    return Outcome.BREACHED if estimate < limit else Outcome.HOLDS
+
+
+def guardrails(
+    spec: ExperimentSpec,
+    pairs: Pairs,
+    acc: Acceptance | None,
+    *,
+    rng: np.random.Generator,
+    acc_counts: tuple[int, int] = (0, 0),
+) -> list[GuardrailResult]:
+    """Every configured guardrail of one stage, with its estimate, interval and outcome."""
+    g = spec.analysis.guardrails
+    conf = spec.analysis.confidence
+    out: list[GuardrailResult] = []
+    both = pairs.both_ok()
+
+    if g.max_ttft_regression is not None:
+        out.append(ttft_regression(spec, both, rng=rng))
+    out.extend(slo_guardrails(spec, pairs, confidence=conf))
+    if g.max_goodput_drop is not None and spec.analysis.slo.limits():
+        out.append(goodput_guardrail(spec, pairs))
+
+    treated = list(pairs.treatment.values())
+    item = GuardrailResult(name="errorRate", limit=g.max_error_rate, outcome=Outcome.NOT_EVALUATED)
+    if treated:
+        errors = sum(not r.ok for r in treated)
+        low, high = proportion_interval(errors, len(treated), confidence=conf)
+        item.estimate, item.ci_low, item.ci_high = errors / len(treated), low, high
+        item.outcome = _outcome(item.estimate, low, g.max_error_rate, upper_is_bad=True)
+    out.append(item)
+
+    baseline = g.baseline_mismatch_rate
+    limit = g.min_output_match if baseline is None else max(0.0, g.min_output_match - baseline)
+    item = GuardrailResult(name="outputMatch", limit=limit, tolerance=baseline, outcome=Outcome.NOT_EVALUATED)
+    if spec.workload.sampling.temperature == 0.0:
+        same, compared = output_agreement(both)
+        if compared:
+            low, high = proportion_interval(same, compared, confidence=conf)
+            item.estimate, item.ci_low, item.ci_high = same / compared, low, high
+            item.outcome = _outcome(item.estimate, high, limit, upper_is_bad=False)
+            if baseline is not None and item.outcome == Outcome.BREACHED:
+                item.note = (
+                    f"below minOutputMatch - baselineMismatchRate = {limit:.3g}, but within the noise"
+                    " of what identical servers already disagree on: blocks a Pass, not critical"
+                )
+    out.append(item)
+
+    if g.min_acceptance_rate is not None:
+        item = GuardrailResult(
+            name="acceptanceRate", limit=g.min_acceptance_rate, outcome=Outcome.NOT_EVALUATED
+        )
+        if acc is not None and acc.rate is not None:
+            item.estimate = acc.rate
+            accepted, drafted = acc_counts
+            if drafted > 0:
+                item.ci_low, item.ci_high = proportion_interval(accepted, drafted, confidence=conf)
+                favourable = item.ci_high
+            else:
+                favourable = 1.0  # client proxy only: no interval, never "surely"
+            item.outcome = _outcome(acc.rate, favourable, g.min_acceptance_rate, upper_is_bad=False)
+        out.append(item)
+    return out
+
+
+def ttft_regression(
+    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]], *, rng: np.random.Generator
+) -> GuardrailResult:
+    """p90 TTFT, treatment over control: a regression beyond `maxTtftRegression` *and* `ttftToleranceMs`.
+
+    Breached: both estimates are beyond their limits; SurelyBreached: both favourable (lower)
+    bounds are (an intersection-union test: each bound at the analysis confidence keeps the level).
+    """
+    g = spec.analysis.guardrails
+    limit = g.max_ttft_regression if g.max_ttft_regression is not None else math.inf
+    item = GuardrailResult(
+        name="ttftRegression", limit=limit, tolerance=g.ttft_tolerance_ms, outcome=Outcome.NOT_EVALUATED
+    )
+    b, c = paired_values(both, "ttft")
+    change = quantile_change(b, c, quantile=0.9, confidence=spec.analysis.confidence, rng=rng)
+    if change is None:
+        return item
+    item.estimate, item.difference = change.ratio - 1.0, change.difference
+    if change.ratio_ci is None or change.difference_ci is None:
+        return item
+    item.ci_low, item.ci_high = change.ratio_ci[0] - 1.0, change.ratio_ci[1] - 1.0
+    item.difference_ci_low, item.difference_ci_high = change.difference_ci
+    tol = g.ttft_tolerance_ms
+    if item.ci_low > limit and item.difference_ci_low > tol:
+        item.outcome = Outcome.SURELY_BREACHED
+    elif item.estimate > limit and item.difference > tol:
+        item.outcome = Outcome.BREACHED
+    else:
+        item.outcome = Outcome.HOLDS
+        if item.estimate > limit:
+            item.note = f"p90 TTFT +{item.difference:.1f} ms is within the {tol:g} ms tolerance"
+    return item
+
+
+def _latencies(records: Iterable[RequestRecord], metric: str) -> FloatArray:
+    """One value per request, failed requests (and missing values) as +inf: they miss every SLO."""
+    values = [getattr(r, LATENCY_FIELDS[metric]) if r.ok else None for r in records]
+    return np.array([math.inf if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def slo_guardrails(spec: ExperimentSpec, pairs: Pairs, *, confidence: float) -> list[GuardrailResult]:
+    """One guardrail per SLO limit: the treatment's percentile against it.
+
+    Estimate: the treatment's percentile (failed requests count as missing it); interval: the
+    distribution-free order-statistic interval of that percentile. Breached: the estimate is over
+    the limit; SurelyBreached: the lower bound is. NotEvaluated where the control misses the limit
+    too (the stage's load is beyond the SLO either way; goodput compares the arms there).
+    """
+    out: list[GuardrailResult] = []
+    for metric, percentile, ms in spec.analysis.slo.limits():
+        name = f"slo{metric.capitalize()}P{percentile}"
+        item = GuardrailResult(name=name, limit=ms, outcome=Outcome.NOT_EVALUATED)
+        out.append(item)
+        treated = _latencies(pairs.treatment.values(), metric)
+        control = _latencies(pairs.control.values(), metric)
+        if treated.size == 0 or control.size == 0:
+            continue
+        q = percentile / 100.0
+        estimate = float(np.quantile(treated, q, method="inverted_cdf"))
+        # Order statistics whose ranks a Binomial(n, q) brackets (scipy types it loosely); a rank
+        # beyond the sample is NaN, a failed request +inf: neither goes to status (JSON has no such numbers).
+        ci: Any = stats.quantile_test(treated, q=ms, p=q).confidence_interval(confidence)
+        low = float(ci.low) if math.isfinite(ci.low) else (math.inf if ci.low == math.inf else -math.inf)
+        item.estimate = estimate if math.isfinite(estimate) else None
+        item.ci_low = low if math.isfinite(low) else None
+        item.ci_high = float(ci.high) if math.isfinite(ci.high) else None
+        if not math.isfinite(estimate):
+            item.note = f"more than {100 - percentile}% of the treatment's requests failed"
+        control_p = float(np.quantile(control, q, method="inverted_cdf"))
+        if control_p > ms:
+            item.note = (
+                f"the control misses it too (p{percentile} {control_p:.4g} ms): goodput compares the arms"
+            )
+            continue
+        item.outcome = _outcome(estimate, low, ms, upper_is_bad=True)
+    return out
+
+
+def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
+    """Goodput must not drop: the paired change of the fraction of requests meeting every SLO.
+
+    Breached (blocks a Pass): the interval's upper bound is below 0 (goodput surely dropped);
+    SurelyBreached: below -maxGoodputDrop. A drop within the noise changes nothing.
+    """
+    limit = spec.analysis.guardrails.max_goodput_drop or 0.0
+    item = GuardrailResult(name="goodput", limit=limit, outcome=Outcome.NOT_EVALUATED)
+    slo = spec.analysis.slo
+    both = sorted(pairs.control.keys() & pairs.treatment.keys())
+    change = paired_proportion_difference(
+        [meets_slo(pairs.control[i], slo) for i in both],
+        [meets_slo(pairs.treatment[i], slo) for i in both],
+        confidence=spec.analysis.confidence,
+    )
+    if change is None:
+        return item
+    item.estimate, item.ci_low, item.ci_high = change
+    if item.ci_high < -limit:
+        item.outcome = Outcome.SURELY_BREACHED
+    elif item.ci_high < 0.0:
+        item.outcome = Outcome.BREACHED
+    else:
+        item.outcome = Outcome.HOLDS
+    return item
+
+
+def categories(
+    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]
+) -> list[CategoryResult]:
+    """Speed-up (paired t interval, informative) and acceptance per prompt category, by name.
+
+    Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
+    when no pair carries a category; pairs without one are left out.
+    """
+    return _groups(spec, both, lambda pair: pair[1].category or pair[0].category, order=str)
+
+
+def turns(spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]) -> list[CategoryResult]:
+    """Multi-turn sessions: the same per turn index (`name` is the turn, from 1), in turn order.
+
+    Later turns carry longer prompts, mostly served from the prefix cache; this shows whether the
+    speed-up holds as a conversation grows. Empty without sessions.
+    """
+    return _groups(spec, both, lambda pair: None if pair[1].turn is None else str(pair[1].turn), order=int)
+
+
+def _groups(
+    spec: ExperimentSpec,
+    both: Sequence[tuple[RequestRecord, RequestRecord]],
+    key: Callable[[tuple[RequestRecord, RequestRecord]], str | None],
+    *,
+    order: Callable[[str], Any],
+) -> list[CategoryResult]:
+    """Speed-up and acceptance of the pairs grouped by `key` (None: left out), groups sorted by `order`."""
+    a = spec.analysis
+    by_name: dict[str, list[tuple[RequestRecord, RequestRecord]]] = {}
+    for pair in both:
+        name = key(pair)
+        if name is not None:
+            by_name.setdefault(name, []).append(pair)
+    out: list[CategoryResult] = []
+    for name in sorted(by_name, key=order):
+        group = by_name[name]
+        control, treatment = paired_values(group, a.primary_metric.value)
+        mv = compare(
+            control,
+            treatment,
+            metric=a.primary_metric.value,
+            min_speedup=a.min_speedup,
+            confidence=a.confidence,
+            sequential_ci=False,
+            higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
+        )
+        acc = (
+            acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)[0]
+            if spec.speculates
+            else None
+        )
+        out.append(
+            CategoryResult(
+                name=name,
+                pairs=len(group),
+                speedup=mv.effect,
+                ci_low=mv.ci[0] if mv.ci else None,
+                ci_high=mv.ci[1] if mv.ci else None,
+                acceptance_rate=acc.rate if acc is not None else None,
+                mean_length=acc.mean_length if acc is not None else None,
+            )
+        )
+    return out
+
+
+def _text_key(record: RequestRecord) -> str | None:
+    return record.text_hash if record.text_hash is not None else record.text
+
+
+def output_agreement(both: Sequence[tuple[RequestRecord, RequestRecord]]) -> tuple[int, int]:
+    """(pairs with identical outputs, pairs whose outputs are known in both arms)."""
+    compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
+    return sum(_text_key(c) == _text_key(t) for c, t in compared), len(compared)
+
+
+def output_match(stage: StageResult) -> GuardrailResult | None:
+    return next((g for g in stage.guardrails if g.name == "outputMatch"), None)
+
+
+def output_limit(stage: StageResult) -> float:
+    om = output_match(stage)
+    return om.limit if om is not None else 1.0
+
+
+def is_critical(stage: StageResult) -> bool:
+    """An output mismatch that rejects: any breach, or only a sure one with `baselineMismatchRate`
+    (which the guardrail records as its `tolerance`)."""
+    om = output_match(stage)
+    if om is None:
+        return False
+    if om.tolerance is not None:
+        return om.outcome == Outcome.SURELY_BREACHED
+    return om.outcome in {Outcome.BREACHED, Outcome.SURELY_BREACHED}
