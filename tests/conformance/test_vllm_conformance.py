@@ -141,6 +141,17 @@ CASES = [
     Case(
         "ngram-prefix_caching", {"method": "ngram", "numSpeculativeTokens": 4}, engine={"prefixCaching": True}
     ),
+    # Multi-turn sessions turn prefix caching on in both arms (engine.prefixCaching left off).
+    Case(
+        "draft_model-multi_turn",
+        DRAFT,
+        spec_overrides={
+            "workload": {
+                "dataset": {"type": "multiTurn", "builtin": "conversations"},
+                "stages": [{"name": "c4", "concurrency": 4}],
+            }
+        },
+    ),
     Case("draft_model-api_key", DRAFT, engine={"apiKeySecret": {"name": "vllm-key", "key": "token"}}),
     Case("draft_model-args", DRAFT, engine={"args": USER_ARGS}),
     Case(

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 
 from specdecode.experiment import manifests, spec, validation
@@ -367,11 +368,17 @@ def test_load_job_mounts_a_jsonl_dataset_from_its_config_map() -> None:
     assert "--dataset-file" in pod["containers"][0]["args"]
 
 
-def test_load_job_mounts_a_trace_from_its_config_map_as_the_dataset_file() -> None:
+@pytest.mark.parametrize(
+    ("dataset_type", "stage"),
+    [("trace", {"name": "a", "rate": 1}), ("multiTurn", {"name": "a", "concurrency": 2})],
+)
+def test_load_job_mounts_a_trace_or_conversations_from_its_config_map_as_the_dataset_file(
+    dataset_type: str, stage: dict[str, Any]
+) -> None:
     s = experiment(
         workload={
-            "stages": [{"name": "a", "rate": 1}],
-            "dataset": {"type": "trace", "configMap": {"name": "traces", "key": "prod.jsonl"}},
+            "stages": [stage],
+            "dataset": {"type": dataset_type, "configMap": {"name": "traces", "key": "prod.jsonl"}},
         }
     )
     pod = manifests.build_load_job("exp", s, SETTINGS)["spec"]["template"]["spec"]

@@ -277,6 +277,18 @@ def test_speedup_and_acceptance_are_reported_per_prompt_category() -> None:
     assert stage(verdict.analyse(spec, plain, windows), "low").categories == []
 
 
+def test_multi_turn_sessions_get_speedup_and_acceptance_per_turn_in_turn_order() -> None:
+    spec = make_spec()
+    records, windows = synthetic.run(spec, n=120, speedup=1.3)
+    # 12 turns (10, 11 and 12 sort after 9), the turn of a pair the same on both arms
+    sessions = [r.model_copy(update={"turn": r.index % 12 + 1}) if not r.warmup else r for r in records]
+    low = stage(verdict.analyse(spec, sessions, windows), "low")
+    assert [t.name for t in low.turns] == [str(turn) for turn in range(1, 13)]
+    assert low.speedup is not None and sum(t.pairs for t in low.turns) == low.speedup.n
+    assert all(t.speedup is not None and 1.0 < t.speedup < 1.7 for t in low.turns)
+    assert low.categories == [] and stage(verdict.analyse(spec, records, windows), "low").turns == []
+
+
 def test_acceptance_below_the_minimum_fails() -> None:
     spec = make_spec(guardrails={"minAcceptanceRate": 0.8})
     records, windows = synthetic.run(spec, speedup=1.5, n=100, acceptance=0.5)

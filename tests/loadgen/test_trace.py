@@ -217,13 +217,28 @@ def test_a_config_map_trace_is_read_from_the_mounted_dataset_file(tmp_path: Path
     assert slow.offsets == pytest.approx(tuple(expected.offsets(40, rate=2.0)))
 
 
-def test_the_operator_refuses_a_trace_by_path_and_runs_one_from_a_config_map_or_builtin() -> None:
+@pytest.mark.parametrize(
+    ("kind", "stage", "builtin", "why"),
+    [
+        ("trace", {"name": "r2", "rate": 2}, "bursty", validation.TRACE_PATH_LOCAL_ONLY),
+        # multi-turn sessions (closed loop): the same rule for their conversations file
+        (
+            "multiTurn",
+            {"name": "c2", "concurrency": 2},
+            "conversations",
+            validation.CONVERSATIONS_PATH_LOCAL_ONLY,
+        ),
+    ],
+)
+def test_the_operator_refuses_a_trace_or_conversations_by_path_and_runs_them_from_a_config_map_or_builtin(
+    kind: str, stage: dict[str, Any], builtin: str, why: str
+) -> None:
     def subject(dataset: dict[str, Any]) -> Any:
-        wl = {"dataset": dataset, "stages": [{"name": "r2", "rate": 2}]}
+        wl = {"dataset": dataset, "stages": [stage]}
         return handlers._subject("exp", 1, experiment_document(workload=wl), OperatorSettings())
 
-    refused = subject({"type": "trace", "path": "t.jsonl"})
+    refused = subject({"type": kind, "path": "t.jsonl"})
     assert refused.spec is None
-    assert refused.problems == [f"spec.workload.dataset.path: {validation.TRACE_PATH_LOCAL_ONLY}"]
-    assert subject({"type": "trace", "configMap": {"name": "traces", "key": "t.jsonl"}}).spec is not None
-    assert subject({"type": "trace", "builtin": "bursty"}).spec is not None
+    assert refused.problems == [f"spec.workload.dataset.path: {why}"]
+    assert subject({"type": kind, "configMap": {"name": "traces", "key": "t.jsonl"}}).spec is not None
+    assert subject({"type": kind, "builtin": builtin}).spec is not None

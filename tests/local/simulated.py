@@ -43,3 +43,20 @@ def run_local(tmp_path: Path, document: dict[str, Any]) -> tuple[int, dict[str, 
     code = cli.main(["run", str(path), "--local", "--out", str(out), "--quiet"])
     result = out / "result.json"
     return code, (json.loads(result.read_text()) if result.exists() else None), out
+
+
+def run_completed(tmp_path: Path, workload: dict[str, Any], *, seed: int) -> tuple[dict[str, Any], Path]:
+    """Run `workload` on the simulator with every stage in full (sequential analysis off; deploy 1 min,
+    run 5 min); the run must complete with a verdict (exit code 0 or 1). result.json and the results
+    directory."""
+    document = simulated(
+        workload,
+        seed=seed,
+        analysis={**ANALYSIS, "sequential": False},
+        deadlines={"deploy": "1m", "run": "5m"},
+    )
+    code, result, out = run_local(tmp_path, document)
+    assert result is not None
+    assert result["phase"] == "Completed", result["message"]
+    assert code in {0, 1}
+    return result, out

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from specdecode import cli, exit_status
 from specdecode.experiment import breakeven, placement, releases, validation, verdict
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
     ArmDifference,
@@ -549,6 +549,35 @@ def test_the_recommendation_by_input_length_shows_in_the_terminal_and_the_report
     html = render_html(status, records, windows, spec)
     assert "<tr><td>256</td><td class=l>short-c8</td><td class=l>[[1, 8, 5], [9, 4096, 0]]</td>" in html
     assert "<tr><td>2048</td><td class=l>–</td><td class=l>–</td>" in html
+
+
+def test_each_arm_s_prefix_cache_hit_rate_is_read_from_its_counters_and_shown_with_prefix_caching_on(
+    spec: ExperimentSpec, finished: Finished
+) -> None:
+    _, records, windows = finished
+    counters = {
+        "control": ArmServerMetrics(prefix_cache_queries=1000, prefix_cache_hits=600),
+        "treatment": ArmServerMetrics(prefix_cache_queries=1000, prefix_cache_hits=550),
+    }
+    windows = [w.model_copy(update={"server": {**w.server, **counters}}) for w in windows]
+    status = verdict.analyse(spec, records, windows).apply(
+        ExperimentStatus(validity={"valid": True}, environment=Environment(prefix_caching=True))
+    )
+    for stage in status.stages:
+        assert (stage.control.prefix_cache_hit_rate, stage.treatment.prefix_cache_hit_rate) == (0.6, 0.55)
+    text = terminal_text(status)
+    assert "prefix-cache hits" in text and "60.0% / 55.0%" in text
+    assert terminal.PREFIX_CACHING_NOTE[:40] in text
+    html = render_html(status, records, windows, spec)
+    assert "<th>prefix-cache hits</th>" in html and "<td>60.0%</td>" in html and "<td>55.0%</td>" in html
+    assert escape(terminal.PREFIX_CACHING_NOTE) in html
+
+
+def test_without_prefix_cache_lookups_no_hit_rate_is_shown(spec: ExperimentSpec, finished: Finished) -> None:
+    status, records, windows = finished
+    assert all(s.control.prefix_cache_hit_rate is None for s in status.stages)
+    assert "prefix-cache hits" not in terminal_text(status)
+    assert "prefix-cache hits" not in render_html(status, records, windows, spec)
 
 
 def test_the_arms_gpus_show_per_stage_in_the_report_and_the_terminal_or_their_absence_is_said(

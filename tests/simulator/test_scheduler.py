@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from specdecode.experiment import promql
 from specdecode.experiment.simprofiles import SimParams
+from specdecode.loadgen import scrape
 from specdecode.simulator.metrics import EngineMetrics
 from specdecode.simulator.scheduler import Scheduler, Sequence, SpecConfig
 from specdecode.simulator.virtual import closed_loop
@@ -163,3 +165,59 @@ def test_under_a_schedule_the_closed_loop_speculates_only_at_low_concurrency() -
     m = many.scheduler.metrics
     assert m.spec_drafts < 0.05 * m.generation_tokens
     assert many.tpot_p50_ms == pytest.approx(plain.tpot_p50_ms, rel=0.02)
+
+
+def _serve_alone(sched: Scheduler, s: Sequence, now: float) -> tuple[int, float]:
+    """Run `s` to its end alone; (prefill tokens it computed, when it ended)."""
+    sched.add(s)
+    prefill = 0
+    while (step := sched.plan(now)) is not None:
+        prefill += step.prefill_tokens
+        now += step.duration_s
+        sched.complete(step, now)
+    return prefill, now
+
+
+def test_a_repeated_prefix_is_served_from_the_prefix_cache_and_counted_as_vllm_counts_it() -> None:
+    # turn 2 of a session repeats turn 1's 4 blocks of 16 tokens and adds 2 blocks of its own
+    turn1 = tuple(range(4))
+    turn2 = (*turn1, 101, 102)
+    sched = Scheduler(
+        SimParams(),
+        None,
+        seed=1,
+        metrics=EngineMetrics(model_name="m", num_spec_tokens=0, prefix_caching=True),
+        prefix_caching=True,
+    )
+    first = Sequence(
+        "1", prompt_tokens=70, output_tokens=4, finish_reason="length", arrival=0.0, prompt_blocks=turn1
+    )
+    prefill1, now = _serve_alone(sched, first, 0.0)
+    second = Sequence(
+        "2", prompt_tokens=100, output_tokens=4, finish_reason="length", arrival=now, prompt_blocks=turn2
+    )
+    prefill2, _ = _serve_alone(sched, second, now)
+    assert (first.cached_tokens, prefill1) == (0, 70)
+    assert (second.cached_tokens, prefill2) == (64, 36)  # only what turn 1 did not have is prefilled
+    m = sched.metrics
+    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (170, 64)
+    # the names the load generator (and Prometheus) read: hit rate = hits / queries
+    snap = scrape.parse(m.render().decode())
+    assert snap.values[scrape.PREFIX_QUERIES] == 170 and snap.values[scrape.PREFIX_HITS] == 64
+    assert scrape.PREFIX_QUERIES == promql.PREFIX_QUERIES and scrape.PREFIX_HITS == promql.PREFIX_HITS
+
+
+def test_without_prefix_caching_nothing_is_looked_up_or_reused() -> None:
+    sched = make(SimParams(), None)
+    blocks = tuple(range(4))
+    for i in range(2):
+        s = Sequence(
+            str(i),
+            prompt_tokens=70,
+            output_tokens=2,
+            finish_reason="length",
+            arrival=0.0,
+            prompt_blocks=blocks,
+        )
+        assert _serve_alone(sched, s, 0.0)[0] == 70
+    assert (sched.metrics.prefix_cache_queries, sched.metrics.prefix_cache_hits) == (0, 0)

@@ -104,6 +104,8 @@ def arm_metrics(
         requests_success=_scalar(source, promql.increase(promql.REQUEST_SUCCESS, labels, seconds), end),
         generation_tokens=_scalar(source, promql.increase(promql.GENERATION_TOKENS, labels, seconds), end),
         kv_cache_usage_max=_scalar(source, promql.max_gauge(promql.KV_CACHE_USAGE, labels, seconds), end),
+        prefix_cache_queries=_scalar(source, promql.increase(promql.PREFIX_QUERIES, labels, seconds), end),
+        prefix_cache_hits=_scalar(source, promql.increase(promql.PREFIX_HITS, labels, seconds), end),
         extra={
             "ttftMeanMs": _ms(_scalar(source, promql.histogram_mean(promql.TTFT, labels, seconds), end)),
             "tpotMeanMs": _ms(_scalar(source, promql.histogram_mean(promql.TPOT, labels, seconds), end)),

@@ -5,7 +5,8 @@ translation, in one place:
 - `$ref`s are inlined (structural schemas have no references);
 - `X | None` becomes `X` with `nullable: true`;
 - a discriminated union (the dataset) becomes one object holding every variant's fields, with the
-  discriminator as an enum; per-variant rules are CEL rules that test `self.type`;
+  discriminator as an enum; per-variant rules are CEL rules that test `self.type`; a field two
+  variants share with different enums takes the union of their values;
 - numeric `exclusiveMinimum: n` becomes `minimum: n, exclusiveMinimum: true` (draft-4 style);
 - int-or-string quantities and free-form maps use the Kubernetes extensions;
 - only scalar defaults are kept, so the API server fills in what `kubectl get -o yaml` should show.
@@ -121,7 +122,16 @@ def _merge_variants(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dic
                 tags.extend(t for t in sub["enum"] if t not in tags)
                 continue
             # no defaults inside a union: the API server would add one variant's fields to another's
-            properties.setdefault(name, {k: v for k, v in sub.items() if k != "default"})
+            sub = {k: v for k, v in sub.items() if k != "default"}
+            known = properties.setdefault(name, sub)
+            if known is not sub and "enum" in known and "enum" in sub:
+                # the same field with its own values in two variants (`builtin` of a trace and of
+                # multi-turn sessions): either variant's values; the Python models hold each to its own
+                tag = variant.get("properties", {}).get("type", {}).get("enum", ["?"])[0]
+                known["enum"] = [*known["enum"], *(v for v in sub["enum"] if v not in known["enum"])]
+                known["description"] = (
+                    f"{known.get('description', '')} With {tag}: {sub.get('description', '')}"
+                )
         rules.extend(variant.get("x-kubernetes-validations", []))
     properties["type"] = {
         "type": "string",

@@ -1,6 +1,6 @@
 """Guardrails of a stage, each with its own uncertainty, and the output-equivalence check.
 
-Pure; owns `status.stages[].guardrails` and `categories`.
+Pure; owns `status.stages[].guardrails`, `categories` and `turns`.
 
 Guardrails carry their own uncertainty. Each is Holds, Breached (its estimate is beyond the limit:
 a Pass is blocked, the stage is at best Inconclusive) or SurelyBreached (even the favourable
@@ -30,7 +30,7 @@ below the limit) is critical.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -257,14 +257,34 @@ def categories(
     Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
     when no pair carries a category; pairs without one are left out.
     """
+    return _groups(spec, both, lambda pair: pair[1].category or pair[0].category, order=str)
+
+
+def turns(spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]) -> list[CategoryResult]:
+    """Multi-turn sessions: the same per turn index (`name` is the turn, from 1), in turn order.
+
+    Later turns carry longer prompts, mostly served from the prefix cache; this shows whether the
+    speed-up holds as a conversation grows. Empty without sessions.
+    """
+    return _groups(spec, both, lambda pair: None if pair[1].turn is None else str(pair[1].turn), order=int)
+
+
+def _groups(
+    spec: ExperimentSpec,
+    both: Sequence[tuple[RequestRecord, RequestRecord]],
+    key: Callable[[tuple[RequestRecord, RequestRecord]], str | None],
+    *,
+    order: Callable[[str], Any],
+) -> list[CategoryResult]:
+    """Speed-up and acceptance of the pairs grouped by `key` (None: left out), groups sorted by `order`."""
     a = spec.analysis
     by_name: dict[str, list[tuple[RequestRecord, RequestRecord]]] = {}
     for pair in both:
-        name = pair[1].category or pair[0].category
+        name = key(pair)
         if name is not None:
             by_name.setdefault(name, []).append(pair)
     out: list[CategoryResult] = []
-    for name in sorted(by_name):
+    for name in sorted(by_name, key=order):
         group = by_name[name]
         control, treatment = paired_values(group, a.primary_metric.value)
         mv = compare(

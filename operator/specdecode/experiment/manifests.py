@@ -155,7 +155,8 @@ def speculative_config_json(sp: spec.SpeculativeSpec) -> str:
 def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release | None = None) -> list[str]:
     """The full argv of one arm: `vllm serve ...`, or `specdecode sim ...` with the same flags.
 
-    Spelled for the arms' release (`release`, else `releases.resolve(s.engine)`): prefix caching as
+    Spelled for the arms' release (`release`, else `releases.resolve(s.engine)`): prefix caching (on
+    for multi-turn sessions: `ExperimentSpec.prefix_caching`) as
     `--enable-prefix-caching` / `--no-enable-prefix-caching`, which every supported release accepts
     (0.33 prefers `--disable-prefix-caching`, which 0.20 lacks), and per-request acceptance metrics
     only where the release has them.
@@ -174,7 +175,7 @@ def serve_args(s: spec.ExperimentSpec, arm: spec.Arm, release: releases.Release 
         str(PORT),
         "--seed",
         str(engine.seed),
-        "--enable-prefix-caching" if engine.prefix_caching else "--no-enable-prefix-caching",
+        "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
         "--generation-config",
         "vllm",
     ]
@@ -555,7 +556,10 @@ def build_load_job(
         {"name": "results", "emptyDir": {}},
     ]
     dataset = s.workload.dataset
-    if isinstance(dataset, spec.JsonlDataset | spec.TraceDataset) and dataset.config_map is not None:
+    if (
+        isinstance(dataset, spec.JsonlDataset | spec.TraceDataset | spec.MultiTurnDataset)
+        and dataset.config_map is not None
+    ):
         ref = dataset.config_map
         mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
         volumes.append(

@@ -52,6 +52,7 @@ def environment(s: spec.ExperimentSpec, release: releases.Release, **observed: A
         "draft_model": s.speculative.model or s.speculative.method.value,
         "simulator": {"profile": sim.profile, **sim.overrides()} if sim else None,
         "vllm_rules": release.describe(),
+        "prefix_caching": s.prefix_caching or None,
     }
     return status.Environment(**{**fields, **observed})
 

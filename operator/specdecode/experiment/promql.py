@@ -20,6 +20,9 @@ SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 REQUEST_SUCCESS = "vllm:request_success_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+#: prompt tokens looked up in / served from the prefix cache (vllm-0.33-facts §3; hit rate = hits / queries)
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
 TTFT = "vllm:time_to_first_token_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 

@@ -84,6 +84,11 @@ class RequestRecord(Record):
     """The `x-request-id` header sent (joins with server logs and the simulator's ground truth)."""
     slot: int | None = None
     """Closed loop: the arm's worker slot that sent it (0..concurrency-1); null in open loop."""
+    session: int | None = None
+    """Multi-turn sessions: the session within the stage (same in both arms); null otherwise."""
+    turn: int | None = None
+    """Multi-turn sessions: the turn within the session, from 1; sent to an arm only after that arm's
+    reply to the turn before finished."""
     headers: float | None = None
     """Response head received."""
     connect_ms: float | None = None
@@ -129,8 +134,19 @@ class ArmServerMetrics(Record):
     """Δ vllm:request_success_total (all reasons)."""
     generation_tokens: float | None = None
     """Δ vllm:generation_tokens_total."""
+    prefix_cache_queries: float | None = None
+    """Δ vllm:prefix_cache_queries_total: prompt tokens looked up in the prefix cache."""
+    prefix_cache_hits: float | None = None
+    """Δ vllm:prefix_cache_hits_total: prompt tokens served from the prefix cache."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Anything else worth keeping (per pod breakdowns, histogram means)."""
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Hits / queries of the prefix cache over the window; None without lookups (caching off)."""
+        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
 
 class StageWindow(Record):

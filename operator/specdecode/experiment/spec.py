@@ -6,7 +6,8 @@ rules (types, enums, ranges, CEL cross-field rules) live here too, next to the f
 The rules that need more than one section or vLLM's knowledge are in `validation.py`.
 
 Invariants:
-- Defaults make a *fair* comparison: prefix caching off, greedy sampling, a fixed seed.
+- Defaults make a *fair* comparison: prefix caching off (on for both arms alike with multi-turn
+  sessions, whose later turns repeat earlier ones), greedy sampling, a fixed seed.
 - Both arms share everything in `engine`; only `speculative` differs between them.
 - Field names are camelCase on the wire (aliases), snake_case in Python.
 """
@@ -200,7 +201,8 @@ class EngineSpec(Model):
     tolerations: list[Toleration] = Field(default_factory=list)
     """Tolerations for both arms (GPU nodes are often tainted)."""
     prefix_caching: bool = False
-    """Enable vLLM's prefix caching. Off by default: a warm shared prefix distorts the comparison."""
+    """Enable vLLM's prefix caching. Off by default: a warm shared prefix distorts the comparison. A
+    multiTurn dataset turns it on in both arms whatever this says (its later turns repeat earlier ones)."""
     seed: int = Field(default=42, ge=0)
     """Engine seed (`--seed`), the same in both arms."""
     api_key_secret: SecretKeyRef | None = None
@@ -427,8 +429,45 @@ class TraceDataset(Model):
         return self
 
 
+class MultiTurnDataset(Model):
+    """Multi-turn sessions (issue 17): conversations, one JSONL object per line, `{"id": str?,
+    "category": str?, "messages": [{"role": "system"?}, {"role": "user"}, {"role": "assistant"}, ...]}`.
+    Each user message is one turn, sent with every earlier message of its conversation (so later turns
+    repeat earlier ones and hit the prefix cache); the assistant messages are the replies those later
+    turns carry, the same on both arms. Turn k of a session goes to an arm only after that arm's reply
+    to turn k-1 has finished; each turn is one paired request (`requests` counts turns). Both arms run
+    with prefix caching on (`--enable-prefix-caching`), whatever `engine.prefixCaching` says. Closed-loop
+    stages only: `concurrency` is the number of sessions in flight."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel_extra(
+            cel(
+                "self.type != 'multiTurn' || (has(self.configMap) ? 1 : 0) + (has(self.path) ? 1 : 0)"
+                " + (has(self.builtin) ? 1 : 0) == 1",
+                "a multiTurn dataset needs exactly one of configMap, path or builtin",
+            )
+        )
+    )
+
+    type: Literal["multiTurn"]
+    """`multiTurn`."""
+    config_map: ConfigMapKeyRef | None = None
+    """The ConfigMap key that holds the JSONL conversations (in a cluster)."""
+    path: str | None = Field(default=None, min_length=1)
+    """A local path to the JSONL conversations (for `specdecode run --local`; relative to the experiment file)."""
+    builtin: Literal["conversations"] | None = None
+    """`conversations`: 16 short conversations of 3 to 5 user turns shipped with specdecode."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MultiTurnDataset:
+        if sum(x is not None for x in (self.config_map, self.path, self.builtin)) != 1:
+            raise ValueError("a multiTurn dataset needs exactly one of configMap, path or builtin")
+        return self
+
+
 Dataset = Annotated[
-    SyntheticDataset | JsonlDataset | BuiltinDataset | TraceDataset, Field(discriminator="type")
+    SyntheticDataset | JsonlDataset | BuiltinDataset | TraceDataset | MultiTurnDataset,
+    Field(discriminator="type"),
 ]
 
 
@@ -1020,6 +1059,17 @@ class ExperimentSpec(Model):
     def served_name(self) -> str:
         """The name requests use as `model`."""
         return self.served_model_name or self.model
+
+    @property
+    def sessions(self) -> bool:
+        """The workload is multi-turn sessions (`dataset.type: multiTurn`)."""
+        return isinstance(self.workload.dataset, MultiTurnDataset)
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Both arms run with vLLM's prefix caching: `engine.prefixCaching`, or multi-turn sessions
+        (whose later turns are measured with the earlier turns cached, on both arms alike)."""
+        return self.engine.prefix_caching or self.sessions
 
     def stage_requests(self, stage: Stage) -> int:
         """Measured requests of one stage (its own bound or `requestsPerStage`)."""

@@ -224,6 +224,9 @@ class Environment(StatusModel):
     """Draft model (or method, for model-free methods)."""
     simulator: dict[str, Any] | None = None
     """Simulator parameters, when the arms were simulated."""
+    prefix_caching: bool | None = None
+    """True when both arms ran with vLLM's prefix caching (`--enable-prefix-caching`): multi-turn
+    sessions, or `engine.prefixCaching`; absent when off (the default, `--no-enable-prefix-caching`)."""
     arms: ArmHosts | None = None
     """Where each arm ran (node, GPU, driver, CUDA, CPU, instance type, engine version)."""
     host_differences: list[str] = Field(default_factory=list)
@@ -282,6 +285,10 @@ class ArmSummary(StatusModel):
     (its first request sent → its last response finished), so a faster arm shows more."""
     goodput: Goodput | None = None
     """Requests meeting every SLO (only with `analysis.slo` set)."""
+    prefix_cache_hit_rate: float | None = None
+    """Fraction of the arm's prompt tokens served from vLLM's prefix cache in the stage
+    (Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries; only with prefix caching on, e.g.
+    multi-turn sessions, and server metrics read)."""
 
 
 class Speedup(StatusModel):
@@ -518,6 +525,9 @@ class StageResult(StatusModel):
     (open loop, Little's law); maps the stage onto vLLM's batch-size schedule."""
     categories: list[CategoryResult] = Field(default_factory=list)
     """Speed-up and acceptance per prompt category (only when the prompts carry categories)."""
+    turns: list[CategoryResult] = Field(default_factory=list)
+    """Multi-turn sessions: speed-up and acceptance per turn index (`name`: the turn, from 1), informative
+    like the categories."""
     placement: StagePlacement | None = None
     """The placement effect and the speed-up without it (only when the crossover ran)."""
     break_even: BreakEven | None = None

@@ -708,9 +708,16 @@ def check_gpus(engine: spec.EngineSpec) -> list[Problem]:
     return []
 
 
+#: why a multi-turn stage cannot be open loop (issue 17)
+MULTI_TURN_CLOSED_LOOP = (
+    "multi-turn sessions run closed loop (a turn waits for the reply to the one before): set "
+    "concurrency, the number of sessions in flight, instead of rate"
+)
+
+
 def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
     """Stages: each exactly one of rate or concurrency; unique names; per-stage lengths only with a
-    synthetic dataset."""
+    synthetic dataset; multi-turn sessions closed loop only."""
     problems: list[Problem] = []
     seen: set[str] = set()
     for i, stage in enumerate(workload.stages):
@@ -726,6 +733,8 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
                 Problem(f"{where}.name", f"{stage.name!r} is used by an earlier stage; names must be unique")
             )
         seen.add(stage.name)
+        if isinstance(workload.dataset, spec.MultiTurnDataset) and stage.rate is not None:
+            problems.append(Problem(f"{where}.rate", MULTI_TURN_CLOSED_LOOP))
         if not isinstance(workload.dataset, spec.SyntheticDataset):
             for field, value in (("inputTokens", stage.input_tokens), ("outputTokens", stage.output_tokens)):
                 if value is not None:
@@ -749,6 +758,8 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
                 "spec.workload.arrival", "does not apply to a trace dataset: the trace sets the send times"
             )
         )
+    if isinstance(dataset, spec.MultiTurnDataset) and workload.search is not None and workload.search.rate:
+        problems.append(Problem("spec.workload.search.rate", MULTI_TURN_CLOSED_LOOP))
     if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
         problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
     return problems
@@ -768,6 +779,13 @@ TRACE_PATH_LOCAL_ONLY = (
 )
 
 
+#: why the operator refuses conversations by `path` (issue 17)
+CONVERSATIONS_PATH_LOCAL_ONLY = (
+    "a conversations file path is read by `specdecode run --local` only; in a cluster put it in a "
+    "ConfigMap (dataset: {type: multiTurn, configMap: {name, key}}) or use builtin: conversations"
+)
+
+
 def check_operator_support(s: spec.ExperimentSpec) -> list[Problem]:
     """What a valid spec asks that only `run --local` does (the operator fails such a run InvalidSpec)."""
     problems: list[Problem] = []
@@ -776,6 +794,8 @@ def check_operator_support(s: spec.ExperimentSpec) -> list[Problem]:
     dataset = s.workload.dataset
     if isinstance(dataset, spec.TraceDataset) and dataset.path is not None:
         problems.append(Problem("spec.workload.dataset.path", TRACE_PATH_LOCAL_ONLY))
+    if isinstance(dataset, spec.MultiTurnDataset) and dataset.path is not None:
+        problems.append(Problem("spec.workload.dataset.path", CONVERSATIONS_PATH_LOCAL_ONLY))
     return problems
 
 

@@ -48,6 +48,7 @@ from specdecode.experiment.guardrails import (
     is_critical,
     output_limit,
     output_match,
+    turns,
 )
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
 from specdecode.experiment.pairing import CONTROL, TREATMENT, Pairs, paired_values, summarise_arm
@@ -128,6 +129,9 @@ def analyse_stage(
         stopped_early=bool(window and window.stopped_early),
     )
     result.batch_size = batch_size(stage, list(pairs.treatment.values()))
+    for arm, summary in ((CONTROL, result.control), (TREATMENT, result.treatment)):
+        server_of_arm = window.server.get(arm) if window is not None else None
+        summary.prefix_cache_hit_rate = server_of_arm.prefix_cache_hit_rate if server_of_arm else None
     metric = a.primary_metric.value
     both = pairs.both_ok()
     b, c = paired_values(both, metric)
@@ -166,6 +170,7 @@ def analyse_stage(
     )
     result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
     result.categories = categories(spec, both)
+    result.turns = turns(spec, both)
     om = output_match(result)
     result.output_match = om.estimate if om is not None else None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specdecode.experiment import records, sequential, verdict
 from specdecode.experiment import spec as spec_mod
-from specdecode.loadgen import schedule, trace, workload
+from specdecode.loadgen import schedule, sessions, trace, workload
 
 WARMUP = "warmup"
 
@@ -41,6 +41,13 @@ class StagePlan:
     def open_loop(self) -> bool:
         """Paced by a schedule rather than by completions."""
         return self.offsets is not None
+
+    @property
+    def sessions(self) -> list[list[int]] | None:
+        """Multi-turn sessions: each session's request indices, turns in order; None otherwise."""
+        if not self.requests or self.requests[0].session is None:
+            return None
+        return sessions.groups(self.requests)
 
 
 @dataclass(frozen=True)
@@ -85,13 +92,26 @@ def _stage_requests(
     *,
     name: str,
     replay: trace.Trace | None = None,
+    conversations: list[sessions.Conversation] | None = None,
     n: int,
     first: int,
     salt: str,
     stage: spec_mod.Stage | None = None,
 ) -> tuple[workload.PreparedRequest, ...]:
-    """`n` requests named after `name`; a synthetic dataset at `stage`'s lengths where given."""
+    """`n` requests named after `name`; a synthetic dataset at `stage`'s lengths where given; whole
+    sessions of `conversations[first:]` for a multi-turn dataset."""
     wl = spec.workload
+    if conversations is not None:
+        return sessions.requests(
+            conversations,
+            n=n,
+            first=first,
+            model=spec.served_name,
+            sampling=wl.sampling,
+            seed=spec.engine.seed,
+            salt=salt,
+            stage=name,
+        )[0]
     out: list[workload.PreparedRequest] = []
     for i in range(n):
         if replay is not None:
@@ -158,20 +178,31 @@ def plan_from_spec(
     salt = salt if salt is not None else f"{seed}-{time.time_ns()}"
     items: list[workload.Item] | None = None
     replay: trace.Trace | None = None
+    convs: list[sessions.Conversation] | None = None
     if isinstance(wl.dataset, spec_mod.TraceDataset):
         # A trace is replayed in its own order, every stage from its first record (the nonce keeps
         # the stages' and the warm-up's prompts byte-distinct).
         replay = trace.load(wl.dataset, base_dir, seed=seed, dataset_file=dataset_file)
+    elif isinstance(wl.dataset, spec_mod.MultiTurnDataset):
+        convs = sessions.load(wl.dataset, base_dir, dataset_file)
+        random.Random(f"{seed}:order").shuffle(convs)
     elif not isinstance(wl.dataset, spec_mod.SyntheticDataset):
         items = workload.load_items(wl.dataset, base_dir, dataset_file)
         random.Random(f"{seed}:order").shuffle(items)
     stages: list[StagePlan] = []
     measured_items = items
     warm_items = items
+    measured_convs = warm_convs = convs
+    # Multi-turn: a warm-up round at concurrency C is C sessions of a mean length (whole sessions)
+    turns = 1 if convs is None else max(1, round(sessions.mean_turns(convs)))
     load_before: int | None = None
     if wl.warmup_requests:
         if items is not None and len(items) > wl.warmup_requests:
             warm_items, measured_items = items[: wl.warmup_requests], items[wl.warmup_requests :]
+        if convs is not None:
+            used = sessions.covering(convs, wl.warmup_requests)
+            if len(convs) > used:
+                warm_convs, measured_convs = convs[:used], convs[used:]
         load_before = max(1, min(warmup_concurrency, wl.warmup_requests))
         stages.append(
             StagePlan(
@@ -179,7 +210,14 @@ def plan_from_spec(
                 warmup=True,
                 concurrency=load_before,
                 requests=_stage_requests(
-                    spec, warm_items, name=WARMUP, n=wl.warmup_requests, first=0, salt=salt, replay=replay
+                    spec,
+                    warm_items,
+                    name=WARMUP,
+                    n=wl.warmup_requests,
+                    first=0,
+                    salt=salt,
+                    replay=replay,
+                    conversations=warm_convs,
                 ),
             )
         )
@@ -197,10 +235,11 @@ def plan_from_spec(
                         spec,
                         warm_items,
                         name=name,
-                        n=stage.concurrency,
+                        n=stage.concurrency * turns,
                         first=0,
                         salt=salt,
                         replay=replay,
+                        conversations=warm_convs,
                         stage=stage,
                     ),
                 )
@@ -215,9 +254,10 @@ def plan_from_spec(
             first=0 if replay is not None else first,
             salt=salt,
             replay=replay,
+            conversations=measured_convs,
             stage=stage,
         )
-        first += n
+        first += n if measured_convs is None else len(sessions.groups(reqs))
         looks = (
             sequential.planned_looks(n, sequential.first_look(stage.concurrency))
             if spec.analysis.sequential
@@ -250,6 +290,12 @@ def plan_from_spec(
     }
     if lengths:
         dataset["stages"] = lengths
+    if convs is not None:
+        dataset["sessions"] = {
+            "conversations": len(convs),
+            "meanTurns": round(sessions.mean_turns(convs), 3),
+            "prefixCaching": spec.prefix_caching,
+        }
     return Plan(
         stages=tuple(stages),
         seed=seed,

@@ -10,6 +10,10 @@ arm, and both arms run each stage at the same time from this one process.
   keeps exactly C requests in flight, index i is the i-th request that arm dispatched, and the pair
   (stage, i) has the same prompt on both arms but not necessarily the same send time (a faster arm
   runs ahead). `intended` is null; `slot` says which worker sent it.
+- **Multi-turn sessions** (closed loop, `sessions.py`): a slot takes the next *session* of its
+  arm's sequence and sends its turns in order, each once that arm's reply to the turn before has
+  been read to its end; C is the number of sessions in flight, and each turn is a pair
+  (stage, index) like any request.
 - A stage ends when its requests are all sent (or the stop rule fired) and every in-flight
   request has finished: the drain. The next stage starts only after that.
 
@@ -359,6 +363,8 @@ class _Run:
             sent=rel(ex.sent) if ex.sent else rel(time.monotonic()),
             request_id=rid,
             slot=slot,
+            session=req.session,
+            turn=req.turn,
             connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
         )
         stream_error: BaseException | None = None
@@ -496,24 +502,31 @@ class _Run:
         sp = st.plan
         assert sp.concurrency is not None
         n = len(sp.requests)
-        next_index = dict.fromkeys(self.arms, 0)
+        next_unit = dict.fromkeys(self.arms, 0)
 
         payloads = {
             arm: [self._payload(arm, sp.name, i, r.path, r.body) for i, r in enumerate(sp.requests)]
             for arm in self.arms
         }
+        # a slot's unit of work: one request, or one session's turns in order
+        units = sp.sessions or [[i] for i in range(n)]
 
         async def worker(arm: str, slot: int) -> None:
             while not st.stop.is_set():
                 await self._turn()
-                i = next_index[arm]
-                if i >= n or st.stop.is_set():
+                u = next_unit[arm]
+                if u >= len(units) or st.stop.is_set():
                     return
-                next_index[arm] = i + 1
-                await self._one(st, i, arm, payloads[arm][i], None, slot)
+                next_unit[arm] = u + 1
+                for turn, i in enumerate(units[u]):
+                    if turn:  # the reply to the turn before is complete: _one returned
+                        await self._turn()
+                        if st.stop.is_set():
+                            return
+                    await self._one(st, i, arm, payloads[arm][i], None, slot)
 
         st.start = time.monotonic()
-        for slot in range(min(sp.concurrency, n)):
+        for slot in range(min(sp.concurrency, len(units))):
             for arm in self.arms:
                 self._spawn(st, worker(arm, slot))
 

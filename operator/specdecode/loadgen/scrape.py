@@ -24,7 +24,19 @@ SUCCESS = "vllm:request_success_total"
 GENERATION = "vllm:generation_tokens_total"
 PROMPT = "vllm:prompt_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
-_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCESS, GENERATION, PROMPT, PREEMPTIONS)
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+_COUNTERS = (
+    DRAFTS,
+    DRAFT_TOKENS,
+    ACCEPTED,
+    SUCCESS,
+    GENERATION,
+    PROMPT,
+    PREEMPTIONS,
+    PREFIX_QUERIES,
+    PREFIX_HITS,
+)
 
 
 @dataclass
@@ -80,5 +92,7 @@ def delta(before: Snapshot | None, after: Snapshot | None, kv_max: float | None)
         kv_cache_usage_max=kv_max,
         requests_success=d(SUCCESS),
         generation_tokens=d(GENERATION),
+        prefix_cache_queries=d(PREFIX_QUERIES),
+        prefix_cache_hits=d(PREFIX_HITS),
         extra=extra,
     )

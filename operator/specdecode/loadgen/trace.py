@@ -19,7 +19,6 @@ trace rate / stage rate; both arms get those send times, request for request.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -107,16 +106,8 @@ def _whole(value: object) -> bool:
 def read_trace(text: str, *, source: str) -> Trace:
     """Parse a JSONL trace; errors name the line and the field (`workload.DatasetError`)."""
     records: list[Record] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, obj in workload.json_lines(text, source=source):
         where = f"{source}:{n}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise workload.DatasetError(f"{where}: not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise workload.DatasetError(f"{where}: expected an object")
         unknown = sorted(set(obj) - set(FIELDS))
         if unknown:
             raise workload.DatasetError(
@@ -200,15 +191,8 @@ def load(
     """The trace of a trace dataset (`dataset_file` overrides, e.g. the mounted ConfigMap key)."""
     if dataset.builtin is not None and dataset_file is None:
         return bursty(seed)
-    if dataset_file is None:
-        if dataset.path is None:
-            raise workload.DatasetError("a configMap trace needs --dataset-file (the mounted ConfigMap key)")
-        dataset_file = base_dir / dataset.path
-    try:
-        text = dataset_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise workload.DatasetError(f"{dataset_file}: cannot read: {exc}") from None
-    return read_trace(text, source=str(dataset_file))
+    text, source = workload.dataset_text(dataset.path, base_dir, dataset_file, what="trace")
+    return read_trace(text, source=source)
 
 
 def request(

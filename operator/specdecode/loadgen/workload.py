@@ -11,10 +11,14 @@ Prompt sources (spec.workload.dataset):
   licences and sampling in `data/LICENSES.md` (built by `hack/datasets.py`).
 - `trace`: a request trace (`trace.py`): prompts or prompt lengths, output lengths and the send
   times of open-loop stages.
+- `multiTurn`: conversations (`sessions.py`), one request per user turn, later turns repeating
+  earlier ones.
 
 Invariants:
 - Every request's prompt starts with a nonce unique to (salt, stage, index): no two requests of a
-  run share a prefix-cache block, across stages too (loadgen-anchors (c)13).
+  run share a prefix-cache block, across stages too (loadgen-anchors (c)13). Multi-turn sessions
+  are the one exception, by design: the nonce is unique to (salt, stage, session), so the turns of
+  one session share their prefix and no two sessions do.
 - Warm-up prompts are taken from the dataset first and never reused by measured stages (when the
   dataset has more items than warm-up requests; the nonce keeps them byte-distinct regardless).
 - Bodies: greedy by default, fixed `max_tokens`, `ignore_eos`, `stream` with
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -76,15 +81,19 @@ class PreparedRequest:
     path: str
     body: bytes
     seed: int
+    session: int | None = None
+    """Multi-turn sessions (`sessions.py`): the session within the stage."""
+    turn: int | None = None
+    """Multi-turn sessions: the turn within the session, from 1."""
 
 
 class DatasetError(ValueError):
     """The prompt file is unreadable or has a bad line."""
 
 
-def read_jsonl(text: str, *, source: str) -> list[Item]:
-    """Parse a JSONL prompt file."""
-    items: list[Item] = []
+def json_lines(text: str, *, source: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line of a JSONL file (prompts, a trace, conversations);
+    a line that is not a JSON object is a `DatasetError` naming `source:line`."""
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -94,6 +103,13 @@ def read_jsonl(text: str, *, source: str) -> list[Item]:
             raise DatasetError(f"{source}:{n}: not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{source}:{n}: expected an object")
+        yield n, obj
+
+
+def read_jsonl(text: str, *, source: str) -> list[Item]:
+    """Parse a JSONL prompt file."""
+    items: list[Item] = []
+    for n, obj in json_lines(text, source=source):
         prompt, messages = obj.get("prompt"), obj.get("messages")
         if (prompt is None) == (messages is None):
             raise DatasetError(f"{source}:{n}: needs exactly one of 'prompt' or 'messages'")
@@ -131,16 +147,24 @@ def load_items(
     """The items of a non-synthetic dataset (`dataset_file` overrides, e.g. a mounted ConfigMap)."""
     if isinstance(dataset, spec_mod.BuiltinDataset) and dataset_file is None:
         return builtin(dataset.name)
+    path = dataset.path if isinstance(dataset, spec_mod.JsonlDataset) else None
+    text, source = dataset_text(path, base_dir, dataset_file, what="dataset")
+    return read_jsonl(text, source=source)
+
+
+def dataset_text(
+    path: str | None, base_dir: Path, dataset_file: Path | None, *, what: str
+) -> tuple[str, str]:
+    """The text of a dataset's file and its name for errors: `dataset_file` (the mounted ConfigMap key,
+    which wins) or `path` relative to `base_dir`; `what` names the dataset in the error without either."""
     if dataset_file is None:
-        if isinstance(dataset, spec_mod.JsonlDataset) and dataset.path is not None:
-            dataset_file = base_dir / dataset.path
-        else:
-            raise DatasetError("a configMap dataset needs --dataset-file (the mounted ConfigMap key)")
+        if path is None:
+            raise DatasetError(f"a configMap {what} needs --dataset-file (the mounted ConfigMap key)")
+        dataset_file = base_dir / path
     try:
-        text = dataset_file.read_text(encoding="utf-8")
+        return dataset_file.read_text(encoding="utf-8"), str(dataset_file)
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{dataset_file}: cannot read: {exc}") from None
-    return read_jsonl(text, source=str(dataset_file))
 
 
 def nonce(salt: str, stage: str, index: int) -> str:

@@ -100,14 +100,24 @@ def _goodput(arm: ArmSummary) -> str:
     return f"{g.fraction:.1%}{bound}{rate}"
 
 
+def _has_hits(*arms: ArmSummary) -> bool:
+    return any(arm.prefix_cache_hit_rate is not None for arm in arms)
+
+
+def _share(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
+
+
 def _arm_table(stage: StageResult) -> str:
     rows = []
     goodput = stage.control.goodput is not None or stage.treatment.goodput is not None
+    hits = _has_hits(stage.control, stage.treatment)
     header = (
         "<tr><th class=l>arm</th><th>requests</th><th>errors</th>"
         + "".join(f"<th>{m} {q}</th>" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99"))
         + "<th>output tok/s</th>"
         + ("<th>goodput</th>" if goodput else "")
+        + ("<th>prefix-cache hits</th>" if hits else "")
         + "</tr>"
     )
     for name, arm in (("control", stage.control), ("treatment", stage.treatment)):
@@ -119,11 +129,14 @@ def _arm_table(stage: StageResult) -> str:
             + "".join(f"<td>{c}</td>" for c in cells)
             + f"<td>{_num(arm.output_tokens_per_second, 4)}</td>"
             + (f"<td>{escape(_goodput(arm))}</td>" if goodput else "")
+            + (f"<td>{_share(arm.prefix_cache_hit_rate)}</td>" if hits else "")
             + "</tr>"
         )
     note = "latencies in ms, successful requests only; output tok/s over each arm's own active time"
     if goodput:
         note += "; goodput: requests meeting every SLO [interval], and per second"
+    if hits:
+        note += "; prefix-cache hits: the arm's prompt tokens served from its prefix cache (server metrics)"
     return f"<table>{header}{''.join(rows)}</table><p class=muted>{note}</p>"
 
 
@@ -138,6 +151,7 @@ def _speedup_ratio_row(control: ArmSummary, treatment: ArmSummary) -> str:
         + "".join(f"<td>{c}</td>" for c in cells)
         + "<td></td>"
         + ("<td></td>" if control.goodput is not None or treatment.goodput is not None else "")
+        + ("<td></td>" if _has_hits(control, treatment) else "")
         + "</tr>"
     )
 
@@ -264,19 +278,22 @@ def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
             )
             + "</table>"
         )
-    if stage.categories:
-        out.append(
-            "<table><tr><th class=l>category</th><th>pairs</th><th>speed-up [CI]</th>"
-            "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
-            + "".join(
-                f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
-                f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
-                f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
-                for c in stage.categories
+    for column, groups, what in (
+        ("category", stage.categories, "per prompt category"),
+        ("turn", stage.turns, "per turn of the sessions (later turns repeat the earlier ones)"),
+    ):
+        if groups:
+            out.append(
+                f"<table><tr><th class=l>{column}</th><th>pairs</th><th>speed-up [CI]</th>"
+                "<th>acceptance rate</th><th>mean acceptance length</th></tr>"
+                + "".join(
+                    f"<tr><td class=l>{escape(c.name)}</td><td>{c.pairs}</td>"
+                    f"<td>{escape(_ci(c.speedup, c.ci_low, c.ci_high))}</td>"
+                    f"<td>{_num(c.acceptance_rate)}</td><td>{_num(c.mean_length)}</td></tr>"
+                    for c in groups
+                )
+                + f"</table><p class=muted>{what}: paired t intervals, informative (they do not decide)</p>"
             )
-            + "</table><p class=muted>per prompt category: paired t intervals, informative (they do not"
-            " decide)</p>"
-        )
     if stage.guardrails:
         out.append(
             "<table><tr><th class=l>guardrail</th><th>estimate</th><th>interval</th><th>limit</th>"
@@ -557,6 +574,8 @@ def render_html(
         if rec.confirmation_reason is not None:
             body.append(f"<p>{escape(confirm.summary(rec))}</p>")
     body.append("<h2>Stages</h2>")
+    if status.environment is not None and status.environment.prefix_caching:
+        body.append(f"<p>{escape(terminal.PREFIX_CACHING_NOTE)}</p>")
     missing = telemetry.absent(status.stages)
     if missing is not None:  # GPU telemetry (issue #18): say that there is none, and why
         body.append(f"<p class=muted>{escape(missing)}</p>")

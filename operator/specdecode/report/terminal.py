@@ -1,7 +1,7 @@
 """The terminal summary: the verdict on a line of its own, one line saying why (which stages
 `requireStages` needed and what they got), the message, then the stage tables (speed-up, then
-latencies; one per prompt category when the prompts carry categories, and the noise-floor table of an
-A/A run) and the recommendation.
+latencies; one per prompt category when the prompts carry categories, one per turn of multi-turn
+sessions, and the noise-floor table of an A/A run) and the recommendation.
 
 Readable at 80 columns and in logs (no tty): the tables have no vertical borders, headers and cells
 wrap at spaces or fold instead of being cut to `…`, and a blank line separates the verdict block from
@@ -9,6 +9,8 @@ the first table.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -25,7 +27,14 @@ from specdecode.experiment import (
     search,
     telemetry,
 )
-from specdecode.experiment.status import ExperimentStatus, Goodput, NoiseFloor, StageVerdict
+from specdecode.experiment.status import (
+    CategoryResult,
+    ExperimentStatus,
+    Goodput,
+    NoiseFloor,
+    StageResult,
+    StageVerdict,
+)
 
 _STYLE = {
     "Promote": "bold green",
@@ -111,6 +120,10 @@ def render_terminal(
     lines.append(Text(""))
     speed = _table("speed-up per stage", ("stage", "load", "pairs", "speed-up [CI]", "verdict"), left=_LEFT)
     goodput = any(s.control.goodput is not None or s.treatment.goodput is not None for s in status.stages)
+    hits = any(
+        s.control.prefix_cache_hit_rate is not None or s.treatment.prefix_cache_hit_rate is not None
+        for s in status.stages
+    )
     latency = _table(
         "per stage, control / treatment (times in ms)",
         (
@@ -119,6 +132,7 @@ def render_terminal(
             "TTFT p90",
             "errors",
             *(["goodput"] if goodput else []),
+            *(["prefix-cache hits"] if hits else []),
             "acceptance",
             "output match",
         ),
@@ -141,6 +155,11 @@ def render_terminal(
             f"{_ms(s.control.ttft_p90)} / {_ms(s.treatment.ttft_p90)}",
             f"{s.control.errors} / {s.treatment.errors}",
             *([f"{_pct(s.control.goodput)} / {_pct(s.treatment.goodput)}"] if goodput else []),
+            *(
+                [f"{_rate(s.control.prefix_cache_hit_rate)} / {_rate(s.treatment.prefix_cache_hit_rate)}"]
+                if hits
+                else []
+            ),
             "–"
             if acc is None or acc.rate is None
             else f"{acc.rate:.2f}" + ("" if acc.agreement is not False else " !"),
@@ -165,6 +184,8 @@ def render_terminal(
             rate = status.noise_floor.suggested_baseline_mismatch_rate
             parts.append(Text(f"suggested for the Compare run: guardrails.baselineMismatchRate: {rate:.3f}"))
     env = status.environment
+    if env is not None and env.prefix_caching:
+        parts.append(Text(PREFIX_CACHING_NOTE))
     if env is not None and env.vllm_rules is not None and env.simulator is None:
         parts.append(
             Text(f"vLLM release: {env.vllm_rules}", style="" if "assumed" not in env.vllm_rules else "yellow")
@@ -207,22 +228,44 @@ def render_terminal(
         if rec.confirmation_reason is not None:
             parts.append(Text(confirm.summary(rec), style="green" if rec.confirmed else "yellow"))
     if any(s.categories for s in status.stages):
-        by_category = _table(
-            "per prompt category (informative)",
-            ("stage", "category", "pairs", "speed-up [CI]", "acceptance"),
-            left=frozenset({"stage", "category"}),
+        parts.append(
+            _groups_table(status, "per prompt category (informative)", "category", lambda s: s.categories)
         )
-        for s in status.stages:
-            for c in s.categories:
-                ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
-                if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
-                    ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
-                by_category.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
-        parts.append(by_category)
+    if any(s.turns for s in status.stages):
+        parts.append(
+            _groups_table(status, "per turn of the sessions (informative)", "turn", lambda s: s.turns)
+        )
     return Group(*parts)
 
 
+def _groups_table(
+    status: ExperimentStatus, title: str, column: str, groups: Callable[[StageResult], list[CategoryResult]]
+) -> Table:
+    """One row per stage and group (a prompt category, a session's turn): pairs, speed-up, acceptance."""
+    table = _table(
+        title, ("stage", column, "pairs", "speed-up [CI]", "acceptance"), left=frozenset({"stage", column})
+    )
+    for s in status.stages:
+        for c in groups(s):
+            ci = "–" if c.speedup is None else f"{c.speedup:.2f}x"
+            if c.speedup is not None and c.ci_low is not None and c.ci_high is not None:
+                ci += f" [{c.ci_low:.2f}, {c.ci_high:.2f}]"
+            table.add_row(s.name, c.name, str(c.pairs), ci, _n(c.acceptance_rate, ".2f"))
+    return table
+
+
 _LEFT = frozenset({"stage", "load", "verdict"})
+
+
+#: said wherever the arms ran with prefix caching (multi-turn sessions turn it on for both)
+PREFIX_CACHING_NOTE = (
+    "prefix caching: on in both arms (--enable-prefix-caching); later turns of a session reuse the "
+    "earlier turns' cached prefix, and each arm's hit rate is its own (prompt tokens served from cache)"
+)
+
+
+def _rate(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
 
 
 def _ms(v: float | None) -> str:
