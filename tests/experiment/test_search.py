@@ -194,13 +194,12 @@ def test_a_search_needs_a_comparison() -> None:
     ]
 
 
-def test_the_operator_refuses_a_search_instead_of_ignoring_it() -> None:
+def test_the_operator_accepts_a_search_and_runs_it() -> None:
     document = experiment_document(workload=workload(concurrency={"from": 1, "to": 8}))
     subject = handlers._subject("exp", 1, document, OperatorSettings())
-    assert subject.spec is None
-    assert subject.problems == [f"spec.workload.search: {validation.SEARCH_LOCAL_ONLY}"]
-    plain = handlers._subject("exp", 1, experiment_document(), OperatorSettings())
-    assert plain.spec is not None
+    assert subject.spec is not None and not subject.problems
+    assert subject.spec.workload.search is not None
+    assert validation.check_operator_support(subject.spec) == []
 
 
 def test_describe_names_why_it_stopped_and_every_probe_in_order() -> None:
