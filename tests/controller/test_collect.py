@@ -416,3 +416,22 @@ def test_a_probe_that_failed_stops_the_search_and_the_verdict_comes(
     assert judged.next_round is None and judged.verdict is not None and found is not None
     assert (found.reason, found.message) == ("ProbeFailed", "probe search2-c16 failed: LoadJobFailed: exit 1")
     assert [p.name for p in found.probes] == ["search1-c1"]
+
+
+def test_a_probe_round_whose_fields_an_old_crd_pruned_fails_instead_of_running_again(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")))
+    pruned = status.Round(name="search1-c1", outcome="Measured")  # no probe, no load
+    outcome = asyncio.run(
+        collect.collect(
+            stored(measured()),
+            BODY,
+            s,
+            status.ExperimentStatus(rounds=[pruned]),
+            OperatorSettings(),
+            job_uids={None: JOB_UID},
+        )
+    )
+    assert isinstance(outcome, reconcile.CollectFailure) and not outcome.transient
+    assert outcome.reason == "CrdOutdated" and "search1-c1" in outcome.message

@@ -517,7 +517,16 @@ async def _search(
     step, found = search.progress(wanted, judged)
     if step.next_load is None:
         return found, None
-    return found, rounds.probe_round(wanted, len(judged) + 1, step.next_load)
+    owed = rounds.probe_round(wanted, len(judged) + 1, step.next_load)
+    if rounds.find(current, owed.name) is not None:
+        # The round kept its name but lost `probe` and `load`: the API server pruned the fields its
+        # CRD does not know. Owing it again would run the same probe forever.
+        return reconcile.CollectFailure(
+            "CrdOutdated",
+            f"status.rounds[] lost the probe fields of {owed.name}: the installed CRD is older than the "
+            "operator; apply crds/specdecodeexperiments.specdecode.io.yaml of the operator's release",
+        )
+    return found, owed
 
 
 async def _crossover(
