@@ -15,7 +15,7 @@ import pytest
 
 from specdecode.controller import collect, results
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import reconcile, records, spec, status, validation
+from specdecode.experiment import recommendation, reconcile, records, rounds, search, spec, status, validation
 from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document
 from tests.report import synthetic
@@ -315,3 +315,123 @@ def test_the_confirmation_round_is_owed_for_a_schedule_and_confirms_it_once_meas
     assert [c.name for c in rec.confirmation] == [
         st.name for st in judged.stages if st.batch_size is not None
     ]
+
+
+# ------------------------------------------------------------------- the break-even search's probes
+
+
+def searching(url: str, **analysis: Any) -> spec.ExperimentSpec:
+    doc = experiment_document(analysis=analysis)
+    wanted = {"goal": "breakEven", "concurrency": {"from": 1, "to": 16}, "maxProbes": 3}
+    doc["spec"]["workload"]["search"] = wanted
+    doc["spec"]["prometheus"] = {"url": url}
+    return validation.parse_experiment(doc)[0]
+
+
+def store_probe(client: FakeKube, s: spec.ExperimentSpec, round_: status.Round, speedup: float) -> str:
+    """The probe's records as its own load Job writes them (its one stage, no warm-up)."""
+    stage = rounds.probe_stage(s, round_)
+    assert stage is not None
+    recs, windows = synthetic.run(search.probe_spec(s, stage), n=40, speedup=speedup, seed=round_.probe or 0)
+    files = {
+        "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
+        "windows.json": json.dumps(
+            {"anchor": {"monotonic": 0.0, "wall": 1.8e9}, "windows": [w.model_dump() for w in windows]}
+        ),
+        "loadgen-summary.json": json.dumps({"validity": {"valid": True}}),
+    }
+    return store_round(client, round_.name, files)
+
+
+def measured_probe(s: spec.ExperimentSpec, index: int, load: float) -> status.Round:
+    assert s.workload.search is not None
+    return rounds.probe_round(s.workload.search, index, load).model_copy(update={"outcome": "Measured"})
+
+
+def test_a_search_owes_its_first_probe_before_the_crossover_and_any_verdict(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")), crossover="IfApart")
+    client = stored(measured())
+    owed = collect_in(client, s, status.ExperimentStatus(environment=apart()), {None: JOB_UID})
+    assert owed.next_round is not None
+    assert (owed.next_round.name, owed.next_round.probe, owed.next_round.load) == ("search1-c1", 1, 1)
+    assert owed.search == status.SearchResult(axis="concurrency", ran=False)
+    assert owed.crossover is None and owed.results_ref is None  # the crossover comes after the search
+    assert "exp-report" not in [name for (_, name) in client.store]
+
+
+def test_measured_probes_are_judged_and_the_next_one_follows_from_them(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")))
+    client = stored(measured())
+    first, second = measured_probe(s, 1, 1), measured_probe(s, 2, 16)
+    uids = {
+        None: JOB_UID,
+        first.name: store_probe(client, s, first, 1.3),
+        second.name: store_probe(client, s, second, 0.8),
+    }
+    owed = collect_in(client, s, status.ExperimentStatus(rounds=[first, second]), uids)
+    assert owed.next_round is not None and (owed.next_round.name, owed.next_round.load) == ("search3-c4", 4)
+    assert owed.search is not None
+    assert [(p.name, p.verdict) for p in owed.search.probes] == [
+        ("search1-c1", status.StageVerdict.PASS),
+        ("search2-c16", status.StageVerdict.FAIL),
+    ]
+    assert (owed.search.break_even, owed.search.first_failing, owed.search.reason) == (1, 16, None)
+
+
+def test_the_search_s_end_comes_with_the_verdict_and_a_recommendation_resting_on_the_probes(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")))
+    client = stored(measured())
+    probes = [measured_probe(s, 1, 1), measured_probe(s, 2, 16), measured_probe(s, 3, 4)]
+    uids: dict[str | None, str] = {None: JOB_UID}
+    for probe, speedup in zip(probes, (1.3, 0.8, 1.3), strict=True):
+        uids[probe.name] = store_probe(client, s, probe, speedup)
+    judged = collect_in(client, s, status.ExperimentStatus(rounds=probes), uids)
+    found = judged.search
+    assert judged.next_round is None and found is not None
+    assert (found.reason, found.break_even, found.first_failing) == ("MaxProbes", 4, 16)
+    assert judged.recommendation == recommendation.recommend(
+        s, [*judged.stages, *found.probes]
+    )  # as run --local
+    assert judged.results_ref is not None  # the report comes with the verdict
+
+
+def test_a_probe_that_failed_stops_the_search_and_the_verdict_comes(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")))
+    client = stored(measured())
+    first = measured_probe(s, 1, 1)
+    lost = measured_probe(s, 2, 16).model_copy(
+        update={"outcome": "Failed", "message": "LoadJobFailed: exit 1"}
+    )
+    uids = {None: JOB_UID, first.name: store_probe(client, s, first, 1.3)}
+    judged = collect_in(client, s, status.ExperimentStatus(rounds=[first, lost]), uids)
+    found = judged.search
+    assert judged.next_round is None and judged.verdict is not None and found is not None
+    assert (found.reason, found.message) == ("ProbeFailed", "probe search2-c16 failed: LoadJobFailed: exit 1")
+    assert [p.name for p in found.probes] == ["search1-c1"]
+
+
+def test_a_probe_round_whose_fields_an_old_crd_pruned_fails_instead_of_running_again(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    s = searching(prometheus(200, vector("1")))
+    pruned = status.Round(name="search1-c1", outcome="Measured")  # no probe, no load
+    outcome = asyncio.run(
+        collect.collect(
+            stored(measured()),
+            BODY,
+            s,
+            status.ExperimentStatus(rounds=[pruned]),
+            OperatorSettings(),
+            job_uids={None: JOB_UID},
+        )
+    )
+    assert isinstance(outcome, reconcile.CollectFailure) and not outcome.transient
+    assert outcome.reason == "CrdOutdated" and "search1-c1" in outcome.message

@@ -562,3 +562,29 @@ def test_a_round_s_load_reads_its_own_spec_with_the_salt_of_the_stages_load(
     assert round_doc["spec"]["analysis"]["sequential"] is False
     assert round_doc["spec"]["workload"]["stages"][0]["requests"] == 50  # half of requestsPerStage 100
     assert manifests.document_generation(round_doc) == 1
+
+
+def test_a_search_probe_s_load_reads_its_one_stage_and_leaves_the_arms_as_they_are(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    doc = document(search={"goal": "breakEven", "concurrency": {"from": 1, "to": 16}, "requestsPerProbe": 64})
+    s, _ = validation.parse_experiment(doc)
+    assert s.workload.search is not None
+    for child in manifests.build_all("exp", doc, s, manifests.Settings(), generation=1):
+        client.add(child)
+    for arm in ("control", "treatment"):
+        client.add(ready_pod(arm, "stages"))
+    operator = Operator(client, doc)
+    operator.body["status"] = in_round("Running", rounds.probe_round(s.workload.search, 2, 16))
+    assert run(operator)["phase"] == "Running"
+    assert client.replaced == []  # no arm rendered again
+    job = client.named(kube.JOB, "exp-load-search2-c16")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--results-configmap") + 1] == "exp-results-search2-c16"
+    probe_doc = yaml.safe_load(
+        client.named(kube.CONFIG_MAP, "exp-spec-search2-c16")["data"][manifests.EXPERIMENT_FILE]
+    )
+    workload = probe_doc["spec"]["workload"]
+    assert workload["stages"] == [{"name": "search2-c16", "concurrency": 16, "requests": 64}]
+    assert (workload["warmupRequests"], probe_doc["spec"]["analysis"]["sequential"]) == (0, True)

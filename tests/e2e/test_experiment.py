@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from prometheus_server import Prometheus
 from tests.grafana import dashboard
 
 from specdecode.controller import results
-from specdecode.experiment import sequential, simprofiles
+from specdecode.experiment import search, sequential, simprofiles, validation
+from specdecode.experiment import status as experiment_status
 
 pytestmark = pytest.mark.e2e
 
@@ -290,6 +292,66 @@ def test_the_arms_gpu_telemetry_from_dcgm_series_is_in_the_status_and_the_report
     html = report_html(operator, name)
     assert "GPU per arm (dcgm-exporter, per GPU)" in html
     assert "no DCGM metrics" not in html
+
+
+def test_the_break_even_search_runs_its_probes_as_rounds_and_stops_where_the_pure_search_does(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 17: `workload.search` in a cluster. After the stages, each probe is a round of its own
+    (its load Job, spec and results; the arms stay as they are) at the load `search.step` chose from
+    the probes judged so far; `status.search` is what the pure search gives on those probes, as in
+    `run --local`. Cheap: three probes at most (1, 16, then 4 if 16 does not clear), 64 requests
+    each (four waves at 16); the steeper compute slope of tests/local's sweep puts c16 below
+    break-even."""
+    name = "be"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["simulator"]["batchTokenMs"] = 0.03
+    wanted = {
+        "goal": "breakEven",
+        "concurrency": {"from": 1, "to": 16},
+        "maxProbes": 3,
+        "requestsPerProbe": 64,
+    }
+    doc["spec"]["workload"].update({"requestsPerStage": 24, "search": wanted})
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name, timeout=420)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+
+    found = status["search"]
+    probes = found["probes"]
+    assert (found["axis"], found["ran"]) == ("concurrency", True), detail
+    assert [(r["name"], r["probe"], r["outcome"]) for r in status["rounds"]] == [
+        (p["name"], i, "Measured") for i, p in enumerate(probes, 1)
+    ], detail
+    assert [p["name"] for p in probes[:2]] == ["search1-c1", "search2-c16"], detail  # the bounds first
+    assert all(p["speedup"]["n"] > 0 for p in probes), detail  # each a measured paired stage
+    # The pure search over the probes as judged: the same loads in the same order, the same stop.
+    spec_ = validation.parse_experiment(doc)[0]
+    assert spec_.workload.search is not None
+    judged = [
+        (r["load"], experiment_status.StageResult.model_validate(p))
+        for r, p in zip(status["rounds"], probes, strict=True)
+    ]
+    for i, (load, _) in enumerate(judged):
+        assert search.progress(spec_.workload.search, judged[:i])[0].next_load == load, detail
+    step, pure = search.progress(spec_.workload.search, judged)
+    assert step.next_load is None, detail
+    assert experiment_status.SearchResult.model_validate(found) == pure, detail
+
+    # each probe went from Analyzing straight to its load (the arms deployed once, never again);
+    # each probe's results were written by its own Job
+    reasons = [
+        e["reason"]
+        for e in operator.get("events")["items"]
+        for _ in range(e.get("count") or 1)
+        if e["involvedObject"].get("name") == name
+    ]
+    assert (reasons.count("Deploying"), reasons.count("SearchProbe")) == (1, len(probes)), reasons
+    jobs = {j["metadata"]["name"] for j in operator.get("jobs")["items"]}
+    assert {f"{name}-load-{p['name']}" for p in probes} <= jobs, detail
+    html = report_html(operator, name)
+    assert "Break-even search" in html and html_escape(search.describe(pure)) in html, detail
 
 
 def test_a_trace_from_a_config_map_is_mounted_into_the_load_job_and_replayed_to_a_verdict(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from specdecode.experiment import manifests, reconcile, rounds, spec, status, validation
@@ -283,3 +284,89 @@ def test_a_fault_that_repeats_in_a_round_ends_the_round_at_its_deadline_not_the_
     ended = reconcile.decide_after_fault(s, in_round(Phase.RUNNING, round_), transient, late)
     assert ended.status.phase is Phase.ANALYZING and ended.status.rounds[-1].outcome == "Failed"
     assert "retried every tick until spec.deadlines.run" in (ended.status.rounds[-1].message or "")
+
+
+# ------------------------------------------------------------------- the break-even search's probes
+
+
+def searching(**search: object) -> spec.ExperimentSpec:
+    wanted = {"goal": "breakEven", "concurrency": {"from": 1, "to": 16}, "requestsPerProbe": 64, **search}
+    workload = {"stages": [{"name": "c1", "concurrency": 1}], "search": wanted}
+    s, _ = validation.parse_experiment(experiment_document(workload=workload))
+    return s
+
+
+def test_a_probe_round_is_one_paired_stage_at_its_load_and_starts_no_arm_again() -> None:
+    s = searching()
+    assert s.workload.search is not None
+    probe = rounds.probe_round(s.workload.search, 3, 4)
+    assert (probe.name, probe.probe, probe.load) == ("search3-c4", 3, 4)
+    assert rounds.started(probe) == ()
+    load = rounds.load_spec(s, probe)
+    assert [(st.name, st.concurrency, st.requests) for st in load.workload.stages] == [("search3-c4", 4, 64)]
+    assert load.workload.warmup_requests == 0  # the arms are warm from the stages
+    # judged as any stage, with the stages' sequential stopping; no round of its own
+    assert load.analysis.sequential is s.analysis.sequential is True
+    assert (load.analysis.crossover, load.analysis.confirm) == (spec.Crossover.OFF, False)
+    dumped = load.model_dump(mode="json", by_alias=True, exclude_none=True)
+    again, _ = validation.parse_experiment({**experiment_document(), "spec": dumped})
+    assert again == load  # the load Job reads it as any document
+    assert rounds.describe(s, probe) == "search: probe 3 at concurrency 4"
+    assert rounds.probes(ExperimentStatus(rounds=[rounds.crossover_round(apart()), probe])) == [probe]
+
+
+def test_a_probe_owed_goes_from_analyzing_straight_to_its_load_keeping_the_search_so_far() -> None:
+    s = searching()
+    assert s.workload.search is not None
+    probe = rounds.probe_round(s.workload.search, 1, 1)
+    so_far = status.SearchResult(axis="concurrency")
+    owed = replace(judged(probe), search=so_far)
+    decision = reconcile.decide(reconcile.Subject("exp", 1, s), analyzing(), Observed(analysis=owed), T0)
+    st = decision.status
+    assert (st.phase, st.reason, st.verdict) == (Phase.RUNNING, "SearchProbe", None)
+    assert decision.actions == [Action.CREATE_LOAD]  # no Deploying: the arms stay where they are
+    assert st.message == "search: probe 1 at concurrency 1"
+    assert st.search == so_far and [(r.name, r.probe, r.outcome) for r in st.rounds] == [
+        ("search1-c1", 1, None)
+    ]
+    assert reconcile.conditions_for(st)["Completed"][0] == "False"
+
+
+def test_a_measured_probe_is_judged_and_the_verdict_carries_the_search() -> None:
+    s = searching()
+    assert s.workload.search is not None
+    probe = rounds.probe_round(s.workload.search, 1, 1)
+    subject_ = reconcile.Subject("exp", 1, s)
+    done = reconcile.decide(
+        subject_,
+        in_round(Phase.RUNNING, probe),
+        Observed(arms=arms(None), job=JobState(exists=True, succeeded=True)),
+        T0,
+    )
+    assert (done.status.phase, done.status.message) == (Phase.ANALYZING, "search1-c1 probe: judging")
+    assert done.status.rounds[-1].outcome == "Measured"
+    found = status.SearchResult(axis="concurrency", ran=True, reason="AboveRange")
+    final = reconcile.decide(
+        subject_,
+        done.status,
+        Observed(analysis=replace(judged(), search=found)),
+        T0,
+    )
+    assert (final.status.phase, final.status.search) == (Phase.COMPLETED, found)
+
+
+def test_a_probe_whose_load_fails_ends_the_search_there_not_the_experiment() -> None:
+    s = searching()
+    assert s.workload.search is not None
+    probe = rounds.probe_round(s.workload.search, 2, 16)
+    failed_job = JobState(exists=True, failed=True, reason="BackoffLimitExceeded", message="exit 1")
+    decision = reconcile.decide(
+        reconcile.Subject("exp", 1, s),
+        in_round(Phase.RUNNING, probe),
+        Observed(arms=arms(None), job=failed_job),
+        T0,
+    )
+    st = decision.status
+    assert (st.phase, st.reason, decision.actions) == (Phase.ANALYZING, "RoundFailed", [Action.DELETE_LOAD])
+    assert (st.rounds[-1].outcome, st.rounds[-1].message) == ("Failed", "LoadJobFailed: exit 1")
+    assert "the search's search2-c16 probe failed" in (st.message or "")

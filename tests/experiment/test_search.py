@@ -86,6 +86,64 @@ def test_a_noisy_pass_above_a_failure_does_not_widen_the_bracket() -> None:
     assert (last.break_even, last.first_failing, last.reason) == (7, 8, search.CONVERGED)
 
 
+def judged(name: str, verdict: status.StageVerdict) -> status.StageResult:
+    return status.StageResult(name=name, verdict=verdict)
+
+
+PASS, FAIL, INCONCLUSIVE = (
+    status.StageVerdict.PASS,
+    status.StageVerdict.FAIL,
+    status.StageVerdict.INCONCLUSIVE,
+)
+
+
+def test_the_next_probe_follows_from_the_probes_judged_so_far_as_status_writes_them() -> None:
+    """`progress` is what both `run --local` and the operator's collector ask after each probe."""
+    wanted = spec.Search.model_validate({"concurrency": {"from": 1, "to": 16}, "maxProbes": 4})
+    first, none_yet = search.progress(wanted, [])
+    assert first.next_load == 1 and none_yet == status.SearchResult(axis="concurrency", ran=False)
+    probes = [(1.0, judged("search1-c1", PASS)), (16.0, judged("search2-c16", FAIL))]
+    step, so_far = search.progress(wanted, probes)
+    assert step.next_load == 4  # sqrt(1 * 16)
+    assert (so_far.ran, so_far.reason, so_far.break_even, so_far.first_failing) == (True, None, 1, 16)
+    assert [p.name for p in so_far.probes] == ["search1-c1", "search2-c16"]
+    # an Inconclusive probe does not clear: the bracket closes from above
+    step, so_far = search.progress(wanted, [*probes, (4.0, judged("search3-c4", INCONCLUSIVE))])
+    assert step.next_load == 2
+    step, done = search.progress(
+        wanted,
+        [*probes, (4.0, judged("search3-c4", INCONCLUSIVE)), (2.0, judged("search4-c2", PASS))],
+    )
+    assert step.next_load is None
+    assert (done.reason, done.break_even, done.first_failing) == (search.MAX_PROBES, 2, 4)
+    assert done.message == "stopped after 4 probes; the break-even lies between 2 (clears) and 4 (does not)"
+
+
+def test_a_probe_that_could_not_be_measured_stops_the_search_with_the_bracket_before_it() -> None:
+    wanted = spec.Search.model_validate({"concurrency": {"from": 1, "to": 16}})
+    probes = [(1.0, judged("search1-c1", PASS)), (16.0, judged("search2-c16", FAIL))]
+    found = search.failed(wanted, probes, "search3-c4", "LoadJobFailed: exit 1")
+    assert (found.ran, found.reason, found.break_even, found.first_failing) == (
+        True,
+        search.PROBE_FAILED,
+        1,
+        16,
+    )
+    assert found.message == "probe search3-c4 failed: LoadJobFailed: exit 1"
+    assert [p.name for p in found.probes] == ["search1-c1", "search2-c16"]
+
+
+def test_a_probe_is_planned_without_warm_up_and_judged_from_its_own_stage_only() -> None:
+    s = validation.parse_experiment(experiment_document(workload=workload(concurrency={"from": 1, "to": 8})))[
+        0
+    ]
+    assert s.workload.search is not None
+    stage = s.workload.search.probe_stage(2, 8)
+    planned = search.probe_spec(s, stage)
+    assert (planned.workload.stages, planned.workload.warmup_requests) == ([stage], 0)
+    assert planned.analysis == s.analysis and planned.engine == s.engine
+
+
 def workload(**search_fields: Any) -> dict[str, Any]:
     return {"stages": [{"name": "c1", "concurrency": 1}], "search": search_fields}
 
@@ -136,13 +194,12 @@ def test_a_search_needs_a_comparison() -> None:
     ]
 
 
-def test_the_operator_refuses_a_search_instead_of_ignoring_it() -> None:
+def test_the_operator_accepts_a_search_and_runs_it() -> None:
     document = experiment_document(workload=workload(concurrency={"from": 1, "to": 8}))
     subject = handlers._subject("exp", 1, document, OperatorSettings())
-    assert subject.spec is None
-    assert subject.problems == [f"spec.workload.search: {validation.SEARCH_LOCAL_ONLY}"]
-    plain = handlers._subject("exp", 1, experiment_document(), OperatorSettings())
-    assert plain.spec is not None
+    assert subject.spec is not None and not subject.problems
+    assert subject.spec.workload.search is not None
+    assert validation.check_operator_support(subject.spec) == []
 
 
 def test_describe_names_why_it_stopped_and_every_probe_in_order() -> None:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -35,9 +36,11 @@ from specdecode.experiment import (
     kvcache,
     manifests,
     promql,
+    recommendation,
     reconcile,
     records,
     rounds,
+    search,
     spec,
     status,
     telemetry,
@@ -373,7 +376,9 @@ async def collect(
     """Results + Prometheus -> verdict, or why not; or the round owed before the verdict (`rounds.py`).
 
     `job_uids`: the uid of each load Job by round (None: the stages' Job). Every round measured so
-    far is folded in: the crossover's (`crossover.apply`), then the confirmation's (`confirm.fold`).
+    far is folded in, in `run --local`'s order: the search's probes (`search.progress`; the
+    recommendation rests on them too), the crossover's (`crossover.apply`), then the confirmation's
+    (`confirm.fold`).
     """
     metadata = body["metadata"]
     name = metadata["name"]
@@ -381,13 +386,26 @@ async def collect(
     if isinstance(first, reconcile.CollectFailure):
         return first
     recs, anchor, windows, summary = first
+    checked: status.CrossoverResult | reconcile.CollectFailure | None = None
     try:
         analysis = await in_analysis_lane(
             verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
         )
-        analysis, checked, owed = await _crossover(
-            kube, metadata, experiment, current, settings, analysis, job_uids
+        searched = (
+            await _search(kube, metadata, experiment, current, settings, job_uids)
+            if analysis.measured
+            else (None, None)
         )
+        if isinstance(searched, reconcile.CollectFailure):
+            return searched
+        found, owed = searched
+        if owed is None:
+            analysis, checked, owed = await _crossover(
+                kube, metadata, experiment, current, settings, analysis, job_uids
+            )
+        if found is not None and found.probes and analysis.measured:
+            probed = recommendation.recommend(experiment, [*analysis.stages, *found.probes])
+            analysis = replace(analysis, recommendation=probed)
     except (ArithmeticError, ValueError, TypeError) as exc:
         # The same data fails the same way on every try: a reason, not an operator retrying forever.
         return reconcile.CollectFailure(
@@ -414,12 +432,12 @@ async def collect(
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
     message = analysis.message
-    recommendation = analysis.recommendation
+    advised = analysis.recommendation
     if owed is None and experiment.analysis.confirm:
         confirmed = await _confirmation(kube, metadata, experiment, current, settings, analysis, job_uids)
         if isinstance(confirmed, reconcile.CollectFailure):
             return confirmed
-        recommendation, owed, note = confirmed
+        advised, owed, note = confirmed
         message = f"{message}; {note}" if note else message
     stages = with_times(analysis.stages, windows, anchor)
     if owed is not None:
@@ -428,14 +446,15 @@ async def collect(
             reason=str(analysis.reason),
             message=message,
             stages=stages,
-            recommendation=recommendation,
+            recommendation=advised,
             crossover=checked,
+            search=found,
             speedup_summary=analysis.speedup_summary,
             validity=summary.get("validity"),
             next_round=owed,
         )
     judged = analysis.apply(current).model_copy(
-        update={"crossover": checked, "recommendation": recommendation, "message": message}
+        update={"crossover": checked, "recommendation": advised, "message": message, "search": found}
     )
     ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
     try:
@@ -447,13 +466,67 @@ async def collect(
         reason=str(analysis.reason),
         message=message,
         stages=stages,
-        recommendation=recommendation,
+        recommendation=advised,
         noise_floor=analysis.noise_floor,
         crossover=checked,
+        search=found,
         speedup_summary=analysis.speedup_summary,
         validity=summary.get("validity"),
         results_ref=ref,
     )
+
+
+async def _search(
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+    job_uids: Mapping[str | None, str | None],
+) -> tuple[status.SearchResult | None, status.Round | None] | reconcile.CollectFailure:
+    """`workload.search`: `status.search` from the probes measured so far (each judged as
+    `run --local` judges it) and the next probe's round if one is owed; or a transient failure to
+    retry. A probe that could not be measured stops the search (`ProbeFailed`)."""
+    wanted = experiment.workload.search
+    if wanted is None:
+        return None, None
+    judged: list[tuple[float, status.StageResult]] = []
+    for round_ in rounds.probes(current):
+        stage = rounds.probe_stage(experiment, round_)
+        assert stage is not None and round_.load is not None and round_.probe is not None
+        if round_.outcome == rounds.FAILED:
+            return search.failed(wanted, judged, round_.name, round_.message or "failed"), None
+        probe = await measured(
+            kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
+        )
+        if isinstance(probe, reconcile.CollectFailure):
+            if probe.transient:
+                return probe
+            return search.failed(wanted, judged, round_.name, f"{probe.reason}: {probe.message}"), None
+        recs, _, windows, summary = probe
+        result = await in_analysis_lane(
+            search.judge_probe,
+            experiment,
+            stage,
+            recs,
+            windows,
+            validity=summary.get("validity"),
+            index=round_.probe,
+        )
+        judged.append((round_.load, result))
+    step, found = search.progress(wanted, judged)
+    if step.next_load is None:
+        return found, None
+    owed = rounds.probe_round(wanted, len(judged) + 1, step.next_load)
+    if rounds.find(current, owed.name) is not None:
+        # The round kept its name but lost `probe` and `load`: the API server pruned the fields its
+        # CRD does not know. Owing it again would run the same probe forever.
+        return reconcile.CollectFailure(
+            "CrdOutdated",
+            f"status.rounds[] lost the probe fields of {owed.name}: the installed CRD is older than the "
+            "operator; apply crds/specdecodeexperiments.specdecode.io.yaml of the operator's release",
+        )
+    return found, owed
 
 
 async def _crossover(

@@ -528,7 +528,7 @@ def _subject(
         return reconcile.Subject(name, generation, None, [str(p) for p in problems])
     parsed = spec.ExperimentSpec.model_validate(document["spec"])
     local_only = validation.check_operator_support(parsed)
-    if local_only:  # an adaptive search is never silently dropped: the run fails InvalidSpec, saying why
+    if local_only:  # a trace file path is never silently dropped: the run fails InvalidSpec, saying why
         return reconcile.Subject(name, generation, None, [str(p) for p in local_only])
     too_large = results.check_size(parsed, settings.results_limits)
     if too_large is not None:  # the operator's own limit: `specdecode validate` cannot know it

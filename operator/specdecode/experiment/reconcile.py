@@ -9,6 +9,7 @@ Phases (design.md §3)::
     Pending --(valid; stale children gone)--> Deploying --(both arms Ready)--> Running
     Running --(load Job succeeded)--> Analyzing --(results judged)--> Completed (verdict)
     Analyzing --(a round is owed: analysis.crossover, analysis.confirm)--> Deploying (the round) ...
+    Analyzing --(a search probe is owed: workload.search)--> Running (the probe's load) ...
     any active phase --(invalid spec, pod failure, Job failure, deadline, no data)--> Failed (reason)
     any active phase --(annotation specdecode.io/abort = the generation)--> Failed (Aborted)
 
@@ -23,10 +24,10 @@ the generation it was computed for (`observedGeneration` on status and on every 
 
 Infrastructure failures end in `Failed` with a reason, never in a verdict.
 
-Rounds (`rounds.py`): after the stages, the crossover's swapped round and the confirmation round go
-through Deploying, Running and Analyzing again (`status.rounds` names the one in progress). A round
-that fails does not fail the experiment: it ends with the stages' verdict, the round's check marked
-as not done.
+Rounds (`rounds.py`): after the stages, the break-even search's probes, the crossover's swapped
+round and the confirmation round go through Deploying (not a probe: its arms stay as they are),
+Running and Analyzing again (`status.rounds` names the one in progress). A round that fails does not
+fail the experiment: it ends with the stages' verdict, the round's check marked as not done.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class Judgement:
     recommendation: status.Recommendation | None = None
     noise_floor: status.NoiseFloor | None = None
     crossover: status.CrossoverResult | None = None
+    search: status.SearchResult | None = None
     speedup_summary: str | None = None
     validity: dict[str, object] | None = None
     environment: status.Environment | None = None
@@ -503,6 +505,7 @@ def _analyzing(
             "environment": environment,
             "results_ref": outcome.results_ref,
             "crossover": outcome.crossover,
+            "search": outcome.search,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
         }
@@ -520,25 +523,24 @@ def _start_round(
     subject: Subject, current: ExperimentStatus, judged: Judgement, round_: Round, now: datetime
 ) -> Decision:
     """The judgement so far kept in status (no verdict: the round may still change it), and the
-    round's arms deployed."""
+    round's arms deployed; a search probe's load started at once (its arms stay as they are)."""
+    assert subject.spec is not None
     interim = current.model_copy(
         update={
             "stages": judged.stages,
             "recommendation": judged.recommendation,
             "crossover": judged.crossover,
+            "search": judged.search,
             "speedup_summary": judged.speedup_summary,
             "validity": judged.validity,
             "rounds": [*current.rounds, round_.model_copy(update={"started_at": _ts(now)})],
         }
     )
+    message = rounds.describe(subject.spec, round_)
+    if round_.probe is not None:
+        return _enter(interim, subject, Phase.RUNNING, now, "SearchProbe", message, [Action.CREATE_LOAD])
     return _enter(
-        interim,
-        subject,
-        Phase.DEPLOYING,
-        now,
-        f"{round_.name}Round",
-        rounds.describe(round_),
-        [Action.CREATE_ARMS],
+        interim, subject, Phase.DEPLOYING, now, f"{round_.name}Round", message, [Action.CREATE_ARMS]
     )
 
 
@@ -613,15 +615,8 @@ def _round_running(
         return _round_failed(subject, current, round_, f"LoadJobFailed: {detail}", observed, now)
     if job.succeeded:
         measured = _ended(current, round_, rounds.MEASURED, None)
-        return _enter(
-            measured,
-            subject,
-            Phase.ANALYZING,
-            now,
-            "LoadFinished",
-            f"{round_.name.lower()} round: judging",
-            [],
-        )
+        what = f"{round_.name} probe" if round_.probe is not None else f"{round_.name.lower()} round"
+        return _enter(measured, subject, Phase.ANALYZING, now, "LoadFinished", f"{what}: judging", [])
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
         return _round_failed(
             subject,
@@ -647,15 +642,20 @@ def _round_failed(
     observed: Observed,
     now: datetime,
 ) -> Decision:
-    """The round is over without a measurement; the stages are judged again, the round's check not done."""
+    """The round is over without a measurement; the stages are judged again, the round's check not
+    done (a probe: the search stops with the probes measured before it)."""
     failed = _ended(current, round_, rounds.FAILED, why)
+    if round_.probe is not None:
+        message = f"the search's {round_.name} probe failed ({why}); the search stops there"
+    else:
+        message = f"the {round_.name.lower()} round failed ({why}); judging the stages without it"
     decision = _enter(
         failed,
         subject,
         Phase.ANALYZING,
         now,
         "RoundFailed",
-        f"the {round_.name.lower()} round failed ({why}); judging the stages without it",
+        message,
         [Action.DELETE_LOAD] if observed.job.exists else [],
     )
     decision.events[0] = Event("Warning", "RoundFailed", decision.status.message or "")

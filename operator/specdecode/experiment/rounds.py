@@ -1,6 +1,7 @@
-"""The operator's rounds after the stages: the crossover's swapped round and the confirmation round. Pure.
+"""The operator's rounds after the stages: the break-even search's probes, the crossover's swapped
+round and the confirmation round. Pure.
 
-`specdecode run --local` runs both in its own process (`local/runner.py`). The operator runs each
+`specdecode run --local` runs them all in its own process (`local/runner.py`). The operator runs each
 as a round of its one lifecycle (`reconcile.py`): once the stages are judged (Analyzing), the
 collector (`controller/collect.py`) says whether a round is owed; the decision function appends it to `status.rounds`
 and goes through the phases again:
@@ -11,13 +12,19 @@ and goes through the phases again:
 - **Running**: the round's own load Job `<exp>-load-<round>` reads the round's spec (`load_spec`)
   and plans with the first Job's salt, so every round sends the same prompts on the same schedule.
 - **Analyzing**: everything is judged again from the stored results, with every round measured so
-  far folded in (`crossover.apply`, `confirm.fold`), and the next round, if any, is asked for.
+  far folded in (`search.progress`, `crossover.apply`, `confirm.fold`), and the next round, if any,
+  is asked for.
+
+A search probe (`probe_round`: one paired stage at the load `search.step` chose from the probes
+judged so far) starts no arm again: it goes from Analyzing straight to Running.
 
 A round that fails (an arm that cannot start on its node, a load Job that fails, a deadline) does not
 fail the experiment: the stages' verdict stands, and the check the round was for is marked as not done
-(the crossover's `SwappedRoundFailed`: no pass stands; the confirmation's `RoundFailed`).
+(the crossover's `SwappedRoundFailed`: no pass stands; the confirmation's `RoundFailed`; the
+search stops with `ProbeFailed`, keeping the probes measured before).
 
-Order: the crossover first (it may withhold a Promote), then the confirmation (it checks the
+Order, as in `run --local`: the search's probes first (its break-even feeds the recommendation), then
+the crossover (it may withhold a Promote), then the confirmation (it checks the
 recommendation of the verdict that stands). After a crossover both arms go back to the nodes they
 had in the stages for the confirmation, which compares with the stages' recommendation.
 """
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdecode.experiment import confirm, crossover, manifests, spec
+from specdecode.experiment import confirm, crossover, manifests, search, spec
 from specdecode.experiment.status import CrossoverPlacement, Environment, ExperimentStatus, Round
 
 CROSSOVER = "Crossover"
@@ -54,6 +61,24 @@ def in_progress(run: Sequence[Round]) -> Round | None:
 def find(st: ExperimentStatus, name: str) -> Round | None:
     """The round `name`, if it was started."""
     return next((r for r in st.rounds if r.name == name), None)
+
+
+def probes(st: ExperimentStatus) -> list[Round]:
+    """The search's probe rounds started so far, in the order run."""
+    return [r for r in st.rounds if r.probe is not None]
+
+
+def probe_round(wanted: spec.Search, index: int, load: float) -> Round:
+    """Probe `index` (1-based) of the search at `load`, named after its stage."""
+    return Round(name=wanted.probe_stage(index, load).name, probe=index, load=load)
+
+
+def probe_stage(s: spec.ExperimentSpec, round_: Round) -> spec.Stage | None:
+    """The paired stage a probe round measures (None: not a probe)."""
+    wanted = s.workload.search
+    if wanted is None or round_.probe is None or round_.load is None:
+        return None
+    return wanted.probe_stage(round_.probe, round_.load)
 
 
 def first_nodes(environment: Environment | None) -> CrossoverPlacement:
@@ -84,6 +109,8 @@ def confirmation_round(
 
 def started(round_: Round) -> tuple[spec.Arm, ...]:
     """The arms the round starts again (the others keep serving as they are)."""
+    if round_.probe is not None:
+        return ()
     if round_.name == CROSSOVER:
         return tuple(spec.Arm)
     moved = round_.nodes is not None and round_.nodes.control is not None
@@ -103,13 +130,19 @@ def arm_spec(s: spec.ExperimentSpec, round_: Round) -> spec.ExperimentSpec:
 
 
 def load_spec(s: spec.ExperimentSpec, round_: Round) -> spec.ExperimentSpec:
-    """The spec the round's load Job plans from and the round is judged by: the crossover's fraction
-    of each stage; the confirmation's schedule. Both at a fixed horizon (no early stop: a round
-    checks a result rather than searching for one)."""
-    checked = crossover.swapped_spec(s) if round_.name == CROSSOVER else arm_spec(s, round_)
+    """The spec the round's load Job plans from and the round is judged by: a probe's one stage
+    (`search.probe_spec`, with the stages' sequential stopping, as any stage); the crossover's
+    fraction of each stage; the confirmation's schedule. Those two at a fixed horizon (no early stop:
+    they check a result rather than search for one)."""
     # A round is not a new experiment: no round of its own (the confirmation's schedule is the
     # treatment's, which validation refuses beside `confirm`).
-    off = {"sequential": False, "crossover": spec.Crossover.OFF, "confirm": False}
+    off: dict[str, object] = {"crossover": spec.Crossover.OFF, "confirm": False}
+    stage = probe_stage(s, round_)
+    if stage is not None:
+        checked = search.probe_spec(s, stage)
+    else:
+        checked = crossover.swapped_spec(s) if round_.name == CROSSOVER else arm_spec(s, round_)
+        off["sequential"] = False
     return checked.model_copy(update={"analysis": checked.analysis.model_copy(update=off)})
 
 
@@ -118,8 +151,11 @@ def placements(environment: Environment | None, round_: Round) -> list[Crossover
     return [first_nodes(environment), round_.nodes or CrossoverPlacement()]
 
 
-def describe(round_: Round) -> str:
-    """One line for status.message while the round deploys."""
+def describe(s: spec.ExperimentSpec, round_: Round) -> str:
+    """One line for status.message while the round deploys (a probe: while it runs)."""
+    stage = probe_stage(s, round_)
+    if stage is not None:
+        return f"search: probe {round_.probe} at {stage.load_label}"
     if round_.name == CROSSOVER and round_.nodes is not None:
         return (
             f"crossover: the arms swap nodes (control on {round_.nodes.control}, treatment on "

@@ -15,20 +15,28 @@ highest load that cleared below the lowest load that did not), until
 
 Invariants: pure; the same outcomes always give the same next load; a probe is never repeated; the
 break-even is a load that was measured to clear (never interpolated).
+
+`run --local` runs the probes one after another in its own process (`local/runner.py`); the operator
+runs each as a round of the experiment's lifecycle (`rounds.py`). Both plan a probe by `probe_spec`,
+judge it by `judge_probe` and write `status.search` from `progress`, so the two report the same.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specdecode.experiment import status
+from specdecode.experiment import spec, status, verdict
+from specdecode.experiment.records import RequestRecord, StageWindow
 
 BELOW_RANGE = "BelowRange"
 ABOVE_RANGE = "AboveRange"
 CONVERGED = "Converged"
 MAX_PROBES = "MaxProbes"
+PROBE_FAILED = "ProbeFailed"
+"""The operator: a probe's round could not be measured (`status.rounds[].message` says why)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,64 @@ def step(
     if nxt in tried or not lo < nxt < hi:  # rounding landed on a measured load: nothing left to split
         return Step(None, CONVERGED, f"the break-even lies {bracket}", lo, hi)
     return Step(next_load=nxt, break_even=lo, first_failing=hi)
+
+
+def progress(
+    wanted: spec.Search, judged: Sequence[tuple[float, status.StageResult]]
+) -> tuple[Step, status.SearchResult]:
+    """The next step after the probes `judged` so far ((load, stage result), in the order run), and
+    `status.search` as they leave it."""
+    done = step(
+        lower=wanted.bounds.from_,
+        upper=wanted.bounds.to,
+        whole=wanted.axis == "concurrency",
+        probes=[Probe(load, result.verdict is status.StageVerdict.PASS) for load, result in judged],
+        max_probes=wanted.max_probes,
+        tolerance=wanted.tolerance,
+    )
+    found = status.SearchResult(
+        axis=wanted.axis,
+        ran=bool(judged),
+        reason=done.reason,
+        message=done.message or None,
+        break_even=done.break_even,
+        first_failing=done.first_failing,
+        probes=[result for _, result in judged],
+    )
+    return done, found
+
+
+def failed(
+    wanted: spec.Search, judged: Sequence[tuple[float, status.StageResult]], probe: str, why: str
+) -> status.SearchResult:
+    """`status.search` when the probe after `judged` could not be measured: it stops there
+    (`ProbeFailed`), with the bracket the probes before it left."""
+    _, found = progress(wanted, judged)
+    return found.model_copy(update={"reason": PROBE_FAILED, "message": f"probe {probe} failed: {why}"})
+
+
+def probe_spec(s: spec.ExperimentSpec, stage: spec.Stage) -> spec.ExperimentSpec:
+    """The spec a probe is loaded and judged by: `s` with the probe as its only stage, no warm-up
+    (the arms are warm from the stages)."""
+    workload = s.workload.model_copy(update={"stages": [stage], "warmup_requests": 0})
+    return s.model_copy(update={"workload": workload})
+
+
+def judge_probe(
+    s: spec.ExperimentSpec,
+    stage: spec.Stage,
+    records: Sequence[RequestRecord],
+    windows: Sequence[StageWindow],
+    *,
+    validity: Mapping[str, Any] | None,
+    index: int,
+) -> status.StageResult:
+    """Probe `index` (1-based) judged as any stage (`verdict.analyse_stage`) from its load's records."""
+    measured = [r for r in records if r.stage == stage.name and not r.warmup]
+    window = next((w for w in windows if w.stage == stage.name), None)
+    return verdict.analyse_stage(
+        probe_spec(s, stage), stage, measured, window, validity=validity, seed=s.engine.seed + 999 + index
+    )
 
 
 def describe(result: status.SearchResult) -> str:

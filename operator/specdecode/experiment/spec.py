@@ -643,7 +643,7 @@ class Search(Model):
     """An adaptive search run after the stages (issue 17). `goal: breakEven` finds the highest load at
     which the treatment still clears `minSpeedup`: bisection over `concurrency` or `rate` between
     `from` and `to`, each probe a paired stage judged by the same statistics (verdict Pass = clears).
-    Run by `specdecode run --local` only; the operator refuses it."""
+    `specdecode run --local` runs the probes in its process, the operator as rounds (`status.rounds`)."""
 
     model_config = ConfigDict(
         json_schema_extra=_cel_extra(
@@ -735,7 +735,8 @@ class WorkloadSpec(Model):
     """A request that takes longer counts as an error (class `timeout`)."""
     search: Search | None = None
     """After the stages, search for the break-even load (`goal: breakEven`): bisection over
-    `concurrency` or `rate` between bounds, each probe a paired stage (`status.search`). `run --local` only."""
+    `concurrency` or `rate` between bounds, each probe a paired stage (`status.search`); the operator
+    runs each probe as a round of the experiment (`status.rounds`)."""
 
     @model_validator(mode="before")
     @classmethod

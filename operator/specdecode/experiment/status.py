@@ -611,7 +611,8 @@ class SearchResult(StatusModel):
     reason: str | None = None
     """Why it stopped: `Converged` (the bracket cannot be split further), `MaxProbes`, `BelowRange`
     (the lower bound does not clear minSpeedup), `AboveRange` (the upper bound clears); or why it did
-    not run: `OneAfterTheOther` (arms measured one after the other), `NotMeasured` (no verdict), `ProbeFailed`."""
+    not run on: `OneAfterTheOther` (arms measured one after the other), `ProbeFailed` (the operator:
+    a probe's round could not be measured; `message` says why)."""
     message: str | None = None
     """One line: the bracket found, or why not."""
     break_even: float | None = None
@@ -654,11 +655,16 @@ class CrossoverResult(StatusModel):
 
 
 class Round(StatusModel):
-    """One of the operator's rounds after the stages (`experiment/rounds.py`): the crossover's
-    swapped round (`analysis.crossover`) or the confirmation round (`analysis.confirm`)."""
+    """One of the operator's rounds after the stages (`experiment/rounds.py`): a probe of the
+    break-even search (`workload.search`), the crossover's swapped round (`analysis.crossover`) or
+    the confirmation round (`analysis.confirm`)."""
 
     name: str
-    """`Crossover` or `Confirmation`."""
+    """`Crossover`, `Confirmation`, or a search probe's stage (`search<N>-c<load>`, `search<N>-r<load>`)."""
+    probe: int | None = None
+    """A search probe: its number (1-based); the arms stay as they are."""
+    load: float | None = None
+    """A search probe: the concurrency or rate it measures."""
     nodes: CrossoverPlacement | None = None
     """The node each arm that the round starts again is pinned to (absent: an arm left as it ran)."""
     schedule: list[list[int]] | None = None
@@ -789,14 +795,15 @@ class ExperimentStatus(StatusModel):
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
     rounds: list[Round] = Field(default_factory=list)
-    """The operator's rounds after the stages (the crossover's swapped round, the confirmation
-    round), in the order run; the last one without an outcome is running."""
+    """The operator's rounds after the stages (the break-even search's probes, the crossover's
+    swapped round, the confirmation round), in the order run; the last one without an outcome is
+    running."""
     degradations: list[Degradation] = Field(default_factory=list)
     """What the treatment's vLLM logged at start-up when it quietly weakened speculation (condition SpeculationDegraded)."""
     arm_differences: list[ArmDifference] = Field(default_factory=list)
     """How the arms' live pods differed beyond speculation once both were Ready, before the load
     (`analysis.fairness`; condition ArmsDiffer)."""
     search: SearchResult | None = None
-    """The break-even search (`workload.search`; `run --local` only): probes, why it stopped, the load."""
+    """The break-even search (`workload.search`): probes, why it stopped, the load."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""

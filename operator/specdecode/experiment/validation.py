@@ -765,13 +765,6 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
     return problems
 
 
-#: why the operator refuses `workload.search` (issue 17)
-SEARCH_LOCAL_ONLY = (
-    "the break-even search runs in `specdecode run --local` only; the operator cannot run adaptive "
-    "probes yet: remove it, or list the loads (stages or sweep)"
-)
-
-
 #: why the operator refuses a trace by `path` (issue 17)
 TRACE_PATH_LOCAL_ONLY = (
     "a trace file path is read by `specdecode run --local` only; in a cluster put the trace in a "
@@ -789,8 +782,6 @@ CONVERSATIONS_PATH_LOCAL_ONLY = (
 def check_operator_support(s: spec.ExperimentSpec) -> list[Problem]:
     """What a valid spec asks that only `run --local` does (the operator fails such a run InvalidSpec)."""
     problems: list[Problem] = []
-    if s.workload.search is not None:
-        problems.append(Problem("spec.workload.search", SEARCH_LOCAL_ONLY))
     dataset = s.workload.dataset
     if isinstance(dataset, spec.TraceDataset) and dataset.path is not None:
         problems.append(Problem("spec.workload.dataset.path", TRACE_PATH_LOCAL_ONLY))

@@ -287,48 +287,27 @@ class _Run:
         if wanted is None:
             return
         main_spec, main_validity = self.spec, self.validity
-        probes: list[search.Probe] = []
-        judged: list[status.StageResult] = []
+        judged: list[tuple[float, status.StageResult]] = []
         try:
             while True:
-                step = search.step(
-                    lower=wanted.bounds.from_,
-                    upper=wanted.bounds.to,
-                    whole=wanted.axis == "concurrency",
-                    probes=probes,
-                    max_probes=wanted.max_probes,
-                    tolerance=wanted.tolerance,
-                )
-                self.search = status.SearchResult(
-                    axis=wanted.axis,
-                    ran=bool(probes),
-                    reason=step.reason,
-                    message=step.message or None,
-                    break_even=step.break_even,
-                    first_failing=step.first_failing,
-                    probes=list(judged),
-                )
+                step, self.search = search.progress(wanted, judged)
                 if step.next_load is None:
                     self.view.message(search.describe(self.search))
                     return
-                stage = wanted.probe_stage(len(probes) + 1, step.next_load)
-                workload = main_spec.workload.model_copy(update={"stages": [stage], "warmup_requests": 0})
-                self.spec = main_spec.model_copy(update={"workload": workload})
-                self.view.message(f"search: probe {len(probes) + 1} at {stage.load_label}")
+                stage = wanted.probe_stage(len(judged) + 1, step.next_load)
+                self.spec = search.probe_spec(main_spec, stage)
+                self.view.message(f"search: probe {len(judged) + 1} at {stage.load_label}")
                 before = len(self.records)
                 result = self._load(arms, endpoints, suffix=f"-{stage.name}")
-                measured = [r for r in self.records[before:] if r.stage == stage.name and not r.warmup]
-                window = next((w for w in result.windows if w.stage == stage.name), None)
-                outcome = verdict.analyse_stage(
-                    self.spec,
+                outcome = search.judge_probe(
+                    main_spec,
                     stage,
-                    measured,
-                    window,
+                    self.records[before:],
+                    result.windows,
                     validity=result.summary.get("validity"),
-                    seed=main_spec.engine.seed + 1000 + len(probes),
+                    index=len(judged) + 1,
                 )
-                probes.append(search.Probe(step.next_load, outcome.verdict is status.StageVerdict.PASS))
-                judged.append(outcome)
+                judged.append((step.next_load, outcome))
                 self.view.message(f"search: {stage.name} {outcome.verdict.value}")
         finally:
             self.spec, self.validity = main_spec, main_validity
