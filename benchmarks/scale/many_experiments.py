@@ -21,12 +21,15 @@ How the arms and the load get there without running anything:
   API server with the project's scrape config, scrapes it. Prometheus therefore reports the arms
   `up` and no vLLM counters: the verdict is judged on the load Job's records, as it is whenever a
   counter is missing.
-- load: when an experiment's load Job appears, this script stores results the way the load Job's
-  pod does (`results.upload`: `<exp>-results-N`, owned by the experiment and by that Job's uid,
-  annotated with the generation, the bundle digest checked by the operator) from a synthetic run of
-  known effect (`tests/report/synthetic.py`, speed-up 1.3, `--requests` pairs), its stage window
-  ending as it is stored (after Prometheus reported both arms scraped). kwok then completes the Job's pod on the
-  CPU node (`pod-complete`), and the Job controller marks the Job Complete.
+- load: the load Jobs' pods land on an untainted CPU node `load-0` whose pods kwok leaves alone;
+  this script is their kubelet and their load generator. `--load-seconds` after it sees an
+  experiment's load pod (plus `rank x --spread / N`, to stagger the ends), it stores results the way
+  the load pod does at its end (`results.upload`: `<exp>-results-N`, owned by the experiment and
+  by the Job's uid from the pod's owner reference, annotated with the generation, the bundle digest
+  the operator checks), from a synthetic run of known effect (`tests/report/synthetic.py`, speed-up
+  1.3, `--requests` pairs) whose stage window ends as it is stored; then it writes the pod's
+  status `Succeeded` (container exited 0), and the Job controller marks the Job Complete.
+  `--spread 0` (the default) ends every load at once: the worst burst for the operator.
 
 While it runs it samples the operator's /proc: VmRSS, VmHWM and CPU time (utime + stime). Prints
 a summary and writes JSON (`--json`).
@@ -51,7 +54,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +76,7 @@ from specdecode.controller import kube, results  # noqa: E402
 from specdecode.experiment import manifests, validation  # noqa: E402
 
 NAMESPACE = "scale"
+LOAD_NODE = "load-0"  # the load pods' node: kwok keeps it Ready, this script completes its pods
 GROUP, VERSION, PLURAL = "specdecode.io", "v1alpha1", "specdecodeexperiments"
 ARM_PORT = 8000  # the arms' prometheus.io/port
 METRICS = (
@@ -188,14 +192,27 @@ class Recorder:
     """Watches Deployments, Jobs, pods and experiments in the namespace; stores results for each load
     Job as it appears."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, files: Callable[[], dict[str, str]]) -> None:
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        files: Callable[[], dict[str, str]],
+        *,
+        experiments: int,
+        load_seconds: float,
+        spread: float,
+    ) -> None:
         self.api = api
+        self.core = kubernetes.client.CoreV1Api(api)
         self.files = files
+        self.experiments = experiments
+        self.load_seconds = load_seconds
+        self.spread = spread
+        self.loads: set[str] = set()
         self.lines: dict[str, Timeline] = {}
         self.lock = threading.Lock()
         self.targets = ArmTargets()
         self.stop = threading.Event()
-        self.writers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load-job")
+        self.writers = ThreadPoolExecutor(max_workers=max(4, experiments), thread_name_prefix="load")
         self.errors: list[str] = []
         self.kube = kube.Kube(api)
 
@@ -251,10 +268,21 @@ class Recorder:
                     line.arms.append(now)
 
     def _pod(self, kind: str, obj: dict[str, Any]) -> None:
-        labels = obj["metadata"].get("labels") or {}
+        now = time.monotonic()
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
         ip = (obj.get("status") or {}).get("podIP")
         if kind != "DELETED" and ip and labels.get("specdecode.io/arm"):
             self.targets.serve(ip)
+        exp = labels.get(manifests.LABEL_EXPERIMENT)
+        job = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"), None)
+        placed = (obj.get("spec") or {}).get("nodeName") == LOAD_NODE
+        if kind == "DELETED" or not (exp and job and placed) or meta["name"] in self.loads:
+            return
+        self.loads.add(meta["name"])
+        rank = int(exp.rsplit("-", 1)[1])
+        due = now + self.load_seconds + rank * self.spread / max(1, self.experiments)
+        self.writers.submit(self._load, exp, meta, job, due)
 
     def _job(self, kind: str, obj: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -265,21 +293,27 @@ class Recorder:
         line = self.line(exp)
         if kind == "ADDED" and line.job_added is None:
             line.job_added = now
-            self.writers.submit(self._store_results, exp, meta)
         conditions = (obj.get("status") or {}).get("conditions") or []
         if line.job_complete is None and any(
             c.get("type") == "Complete" and c.get("status") == "True" for c in conditions
         ):
             line.job_complete = now
 
-    def _store_results(self, exp: str, job: dict[str, Any]) -> None:
-        """What the load Job's pod does at its end: `results.upload` with the Job's uid (cli.py)."""
+    def _load(self, exp: str, pod: dict[str, Any], job: dict[str, Any], due: float) -> None:
+        """The load pod's end: its results stored as cli.py stores them (`results.upload`, owned by
+        the experiment and the Job), then the pod `Succeeded`, as its kubelet reports an exit 0."""
+        time.sleep(max(0.0, due - time.monotonic()))
         line = self.line(exp)
         owners = [
-            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpecDecodeExperiment", "name": exp, "uid": line.uid},
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "SpecDecodeExperiment",
+                "name": exp,
+                "uid": line.uid,
+            },
             {"apiVersion": "batch/v1", "kind": "Job", "name": job["name"], "uid": job["uid"]},
         ]
-        generation = int((job.get("annotations") or {}).get(manifests.GENERATION_ANNOTATION) or 1)
+        generation = int((pod.get("annotations") or {}).get(manifests.GENERATION_ANNOTATION) or 1)
         try:
             with tempfile.TemporaryDirectory(prefix="load-results-") as tmp:
                 for name, text in self.files().items():
@@ -296,8 +330,28 @@ class Recorder:
                     )
                 )
             line.results_stored = time.monotonic()
+            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            exited = {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}
+            containers = [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {"terminated": exited},
+                }
+                for c in self._containers(pod["name"])
+            ]
+            ended = {"phase": "Succeeded", "startTime": stamp, "containerStatuses": containers}
+            self.core.patch_namespaced_pod_status(pod["name"], NAMESPACE, {"status": ended})
         except Exception as exc:
-            self.errors.append(f"storing {exp}'s results: {exc}"[:300])
+            self.errors.append(f"ending {exp}'s load: {exc}"[:300])
+
+    def _containers(self, pod: str) -> list[dict[str, Any]]:
+        found = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(pod, NAMESPACE))
+        return list(found["spec"]["containers"])
 
     def _experiment(self, kind: str, obj: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -426,15 +480,17 @@ def start(workdir: Path, experiments: int, interval: float, log: Callable[[str],
     harness = Harness(workdir)
     try:
         harness.control_plane = ControlPlane(
-            find_bin_dir(), workdir=workdir / "k8s", feature_gates=FEATURE_GATES
+            find_bin_dir(), workdir=workdir / "k8s", feature_gates=FEATURE_GATES, agent_nodes=(LOAD_NODE,)
         )
         cluster = harness.control_plane.start()
         log(f"control plane up in {harness.control_plane.timings['total']:.1f}s ({workdir})")
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
         wait_for(f"{CRD_NAME} Established", lambda: _established(cluster))
         gpu_nodes = max(2, math.ceil(2 * experiments / GPUS_PER_NODE))
-        nodes = [gpu_node(f"kwok-gpu-{i}") for i in range(gpu_nodes)] + [cpu_node("kwok-cpu-0")]
-        cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+        nodes = [gpu_node(f"kwok-gpu-{i}") for i in range(gpu_nodes)] + [cpu_node(LOAD_NODE)]
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
+        )
         wait_for("the kwok nodes Ready", lambda: _ready_nodes(cluster) >= len(nodes), timeout=120)
         cluster.kubectl("create", "namespace", NAMESPACE)
         harness.prometheus = Prometheus(cluster, workdir=workdir / "prometheus")
@@ -504,7 +560,13 @@ def measure(
     assert harness.operator is not None and harness.operator.process is not None
     cluster = harness.operator.cluster
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    recorder = Recorder(api, synthetic_files(args.requests))
+    recorder = Recorder(
+        api,
+        synthetic_files(args.requests),
+        experiments=args.experiments,
+        load_seconds=args.load_seconds,
+        spread=args.spread,
+    )
     recorder.start()
     sampler = ProcSampler(harness.operator.process.pid)
     sampler.start()
@@ -515,7 +577,9 @@ def measure(
     log(f"applying {len(names)} experiments")
     for name in names:
         recorder.line(name).applied = time.monotonic()
-        custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, experiment(name, args.requests))
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, experiment(name, args.requests)
+        )
     first_apply = recorder.line(names[0]).applied or 0.0
     deadline = time.monotonic() + args.timeout
     last_report = 0.0
@@ -556,6 +620,8 @@ def measure(
         "experiments": args.experiments,
         "operatorIntervalS": args.interval,
         "requestsPerExperiment": args.requests,
+        "loadSeconds": args.load_seconds,
+        "loadEndsSpreadS": args.spread,
         "applyToFirstChildS": summary([r["applyToFirstChildS"] for r in rows]),
         "applyToBothArmsS": summary([r["applyToBothArmsS"] for r in rows]),
         "resultsToVerdictS": summary([r["resultsToVerdictS"] for r in rows]),
@@ -582,6 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiments", type=int, default=50)
     parser.add_argument("--requests", type=int, default=200, help="pairs per experiment's results")
+    parser.add_argument("--load-seconds", type=float, default=5.0, help="each load's run, from its pod")
+    parser.add_argument("--spread", type=float, default=0.0, help="seconds over which the loads' ends spread")
     parser.add_argument("--interval", type=float, default=5.0, help="the operator's tick (its default: 5)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every verdict")
     parser.add_argument("--json", help="write the result here")

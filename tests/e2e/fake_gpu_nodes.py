@@ -63,8 +63,7 @@ def agent_gpu_node(name: str) -> dict[str, Any]:
 
 
 def cpu_node(name: str) -> dict[str, Any]:
-    """An untainted CPU node (the load Job has no tolerations and no node selector): kwok fakes its
-    pods, so a load Job's pod there is marked Succeeded without running (kwok's `pod-complete`)."""
+    """An untainted CPU node, where the load Job lands (it has no tolerations and no node selector)."""
     resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     return {
         "apiVersion": "v1",
