@@ -114,17 +114,63 @@ async def _reconcile(
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
     generation = int(body.metadata.get("generation") or 1)
     document = _document(body)
-    current = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
+    before = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
     subject = _subject(name, generation, document, settings)
     annotations = body.metadata.get("annotations") or {}
     if annotations.get(reconcile.ABORT_ANNOTATION) == str(generation):
         subject = replace(subject, aborted=True)
     now = now or datetime.now(UTC)
+    current, events = before, []
+    for _ in range(PASSES):
+        decision = await _pass(body, document, subject, current, memo, now, logger)
+        events.extend(decision.events)
+        if not _goes_straight_on(current, decision.status, generation):
+            break
+        current = decision.status
+    _patch_status(patch, before, decision.status)
+    if "phase" not in (body.get("status") or {}):
+        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
+        patch.status["phase"] = decision.status.phase.value
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        logger.info(f"{event.reason}: {event.message}")
+    memo.metrics.observe(namespace, name, decision.status)
+
+
+# At most this many observe -> decide -> act passes in one tick (`_goes_straight_on`).
+PASSES = 3
+
+
+def _goes_straight_on(
+    before: status.ExperimentStatus, after: status.ExperimentStatus, generation: int
+) -> bool:
+    """Whether the tick observes and decides again at once instead of an interval later: a new
+    experiment was just accepted (Pending: its arms are created now), or the load just finished
+    (Analyzing: it is judged now). Waiting a tick there only adds latency (benchmarks/README.md,
+    "Many experiments"). A spec edit's Pending keeps its tick (the old generation's children are
+    deleted first), and a pass that met a fault (`retrying: ...`) waits for the next tick."""
+    if (after.message or "").startswith(reconcile.RETRYING) or after.observed_generation != generation:
+        return False
+    accepted = before.observed_generation is None and after.phase is status.Phase.PENDING
+    finished = before.phase is status.Phase.RUNNING and after.phase is status.Phase.ANALYZING
+    return accepted or finished
+
+
+async def _pass(
+    body: kopf.Body,
+    document: dict[str, Any],
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    memo: kopf.Memo,
+    now: datetime,
+    logger: kopf.Logger,
+) -> reconcile.Decision:
+    """Observe, decide and carry out once, from `current`."""
     observed: reconcile.Observed | None = None
     decision: reconcile.Decision | None = None
     try:
         observed, stale = await _observe(body, subject, current, memo, logger)
-        decision = reconcile.decide(subject, current, observed, now, settings.timing)
+        decision = reconcile.decide(subject, current, observed, now, memo.settings.timing)
         decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
         await _carry_out(decision.actions, body, document, subject, memo, stale, decision.status.rounds)
     except Exception as exc:
@@ -133,14 +179,7 @@ async def _reconcile(
         decision = await _after_fault(
             exc, body, document, subject, current, observed, decision, memo, now, logger
         )
-    _patch_status(patch, current, decision.status)
-    if "phase" not in (body.get("status") or {}):
-        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
-        patch.status["phase"] = decision.status.phase.value
-    for event in decision.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-        logger.info(f"{event.reason}: {event.message}")
-    memo.metrics.observe(namespace, name, decision.status)
+    return decision
 
 
 async def _degradations(
