@@ -240,13 +240,13 @@ class Recorder:
         version = ""
         while not self.stop.is_set():
             try:
-                w = kubernetes.watch.Watch()
+                w = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
                 kwargs: dict[str, Any] = {"timeout_seconds": 60, "_request_timeout": 90}
                 if version:
                     kwargs["resource_version"] = version
-                for event in w.stream(lister, *args, **kwargs):
+                for event in w.stream(lister, *args, **kwargs):  # type: ignore[no-untyped-call]
                     obj = event["object"]
-                    raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+                    raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
                     version = raw["metadata"].get("resourceVersion") or version
                     handle(event["type"], raw)
                     if self.stop.is_set():
@@ -350,7 +350,7 @@ class Recorder:
             self.errors.append(f"ending {exp}'s load: {exc}"[:300])
 
     def _containers(self, pod: str) -> list[dict[str, Any]]:
-        found = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(pod, NAMESPACE))
+        found = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(pod, NAMESPACE))  # type: ignore[no-untyped-call]
         return list(found["spec"]["containers"])
 
     def _experiment(self, kind: str, obj: dict[str, Any]) -> None:
@@ -559,7 +559,7 @@ def measure(
 ) -> dict[str, Any]:
     assert harness.operator is not None and harness.operator.process is not None
     cluster = harness.operator.cluster
-    api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
     recorder = Recorder(
         api,
         synthetic_files(args.requests),
