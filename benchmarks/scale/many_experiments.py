@@ -67,7 +67,8 @@ for path in (REPO / "tests" / "e2e", REPO / "operator", REPO):  # the e2e harnes
 
 import kubernetes  # noqa: E402
 from experiment_crd import CRD_FILE, CRD_NAME  # noqa: E402
-from fake_gpu_nodes import GPU_PRODUCT, GPU_TOLERATION, GPUS_PER_NODE, cpu_node, gpu_node  # noqa: E402
+from experiment_crd import experiment as kwok_experiment  # noqa: E402
+from fake_gpu_nodes import GPUS_PER_NODE, cpu_node, gpu_node  # noqa: E402
 from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, find_bin_dir, wait_for  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from prometheus_server import Prometheus  # noqa: E402
@@ -86,28 +87,19 @@ METRICS = (
 
 
 def experiment(name: str, requests: int) -> dict[str, Any]:
-    """A small simulator experiment whose arms land on kwok's GPU nodes (test_operator.py's shape)."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpecDecodeExperiment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "sim/llama-8b",
-            "engine": {
-                "simulator": {"profile": "h200-8b-draft-tiny"},
-                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                "nodeSelector": {"nvidia.com/gpu.product": GPU_PRODUCT},
-                "tolerations": [GPU_TOLERATION],
-            },
-            "speculative": {"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-            "workload": {
-                "stages": [{"name": "c1", "concurrency": 1}],
-                "requestsPerStage": requests,
-                "warmupRequests": 0,
-            },
-            "deadlines": {"deploy": "15m", "run": "15m"},
+    """test_operator.py's kwok experiment, with `requests` pairs, long deadlines and the operator's
+    Prometheus (the benchmark's)."""
+    doc: dict[str, Any] = kwok_experiment(
+        name,
+        workload={
+            "stages": [{"name": "c1", "concurrency": 1}],
+            "requestsPerStage": requests,
+            "warmupRequests": 0,
         },
-    }
+        deadlines={"deploy": "15m", "run": "15m"},
+    )
+    del doc["spec"]["prometheus"]
+    return doc
 
 
 # ------------------------------------------------------------------------------ the arms' metrics
