@@ -78,3 +78,32 @@ def test_the_results_are_parsed_in_the_analysis_thread(monkeypatch: pytest.Monke
     )
     assert (recs, windows) == ([], [])
     assert len(threads) == 1 and threads[0].startswith("specdecode-analysis")
+
+
+def test_one_experiment_is_collected_at_a_time_so_only_its_results_are_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fifty experiments finishing together must not each hold their parsed records while they
+    wait for the analysis thread: a collection, from reading the results to storing the report,
+    runs alone (benchmarks/README.md, "Many experiments")."""
+    inside = most = 0
+
+    async def slow_collection(*_: Any, **__: Any) -> str:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        await asyncio.sleep(0.02)  # reading results, asking Prometheus: the loop goes on meanwhile
+        inside -= 1
+        return "judged"
+
+    monkeypatch.setattr(collect, "_collect", slow_collection)
+    monkeypatch.setattr(collect, "_salvage", slow_collection)
+
+    async def scenario() -> list[Any]:
+        kwargs: dict[str, Any] = {"job_uids": {}}
+        calls = [collect.collect(FakeKube(), {}, None, None, None, **kwargs) for _ in range(5)]  # type: ignore[arg-type]
+        calls += [collect.salvage(FakeKube(), {}, None, None, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
+        return list(await asyncio.gather(*calls))
+
+    assert asyncio.run(scenario()) == ["judged"] * 8
+    assert most == 1

@@ -588,3 +588,28 @@ def test_a_search_probe_s_load_reads_its_one_stage_and_leaves_the_arms_as_they_a
     workload = probe_doc["spec"]["workload"]
     assert workload["stages"] == [{"name": "search2-c16", "concurrency": 16, "requests": 64}]
     assert (workload["warmupRequests"], probe_doc["spec"]["analysis"]["sequential"]) == (0, True)
+
+
+def test_a_new_experiment_s_first_tick_accepts_it_and_creates_its_arms(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Not an interval later: with 50 experiments applied together, that interval was most of
+    apply -> first child (benchmarks/README.md, "Many experiments")."""
+    client = FakeKube()
+    status = run(Operator(client, document()))
+    assert (status["phase"], status["observedGeneration"]) == ("Deploying", 1), status
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    assert [reason for reason, _ in operator_events] == ["Accepted", "Deploying"]
+
+
+def test_a_spec_edit_keeps_its_pending_tick_to_delete_the_old_children(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)
+    edited = copy.deepcopy(operator.body["spec"])
+    edited["workload"]["requestsPerStage"] = 7
+    operator.edit(edited)
+    status = run(operator)
+    assert (status["phase"], status["observedGeneration"]) == ("Pending", 2), status

@@ -62,8 +62,8 @@ def agent_gpu_node(name: str) -> dict[str, Any]:
     return node
 
 
-def agent_cpu_node(name: str) -> dict[str, Any]:
-    """An untainted CPU node whose pods run (the load Job has no tolerations and no node selector)."""
+def cpu_node(name: str) -> dict[str, Any]:
+    """An untainted CPU node, where the load Job lands (it has no tolerations and no node selector)."""
     resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     return {
         "apiVersion": "v1",
@@ -73,7 +73,6 @@ def agent_cpu_node(name: str) -> dict[str, Any]:
             "annotations": {"kwok.x-k8s.io/node": "fake"},
             "labels": {
                 "type": "kwok",
-                AGENT_LABEL: "true",
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
@@ -82,3 +81,10 @@ def agent_cpu_node(name: str) -> dict[str, Any]:
         "spec": {},
         "status": {"capacity": resources, "allocatable": resources},
     }
+
+
+def agent_cpu_node(name: str) -> dict[str, Any]:
+    """An untainted CPU node whose pods run (the load Job has no tolerations and no node selector)."""
+    node = cpu_node(name)
+    node["metadata"]["labels"][AGENT_LABEL] = "true"
+    return node

@@ -15,39 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from experiment_crd import CRD_FILE, CRD_NAME
-from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, GPU_TOLERATION, gpu_node
+from experiment_crd import CRD_FILE, CRD_NAME, experiment
+from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, gpu_node
 from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, wait_for
 from operator_process import OperatorProcess
 
 pytestmark = pytest.mark.e2e
-
-
-def experiment(name: str = "exp", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "sim/llama-8b",
-        "engine": {
-            "simulator": {"profile": "h200-8b-draft-tiny"},
-            "resources": {"limits": {"nvidia.com/gpu": 1}},
-            "nodeSelector": {"nvidia.com/gpu.product": GPU_PRODUCT},
-            "tolerations": [GPU_TOLERATION],
-        },
-        "speculative": {"method": "draft_model", "model": "sim/draft", "numSpeculativeTokens": 4},
-        "workload": {
-            "stages": [{"name": "c1", "concurrency": 1}],
-            "requestsPerStage": 20,
-            "warmupRequests": 0,
-        },
-        "deadlines": {"deploy": "2m", "run": "5m"},
-        "prometheus": {"url": "http://127.0.0.1:1"},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "specdecode.io/v1alpha1",
-        "kind": "SpecDecodeExperiment",
-        "metadata": {"name": name},
-        "spec": body,
-    }
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ The full report is stored in a ConfigMap `<exp>-report` named by `status.results
 
 The CPU-heavy steps (parsing the records, the statistics, rendering the report) run in one analysis
 thread of their own (`in_analysis_lane`), one experiment's step at a time: kopf's event loop keeps
-ticking the other experiments, the default thread pool stays free for their API calls, and however
-many experiments finish together, only one set of parsed records is being worked on at once.
+ticking the other experiments, the default thread pool stays free for their API calls. However
+many experiments finish together, one experiment is collected at a time (`one_collection`, from
+reading its results to storing its report): only one experiment's results are held in memory, not
+every waiting experiment's parsed records at once (benchmarks/README.md, "Many experiments").
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import gzip
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -52,6 +55,16 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _lane: ThreadPoolExecutor | None = None
 _lane_lock = threading.Lock()
+_collections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def one_collection() -> asyncio.Lock:
+    """The lock that one experiment's collection holds (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    lock = _collections.get(loop)
+    if lock is None:
+        lock = _collections[loop] = asyncio.Lock()
+    return lock
 
 
 async def in_analysis_lane(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -378,8 +391,21 @@ async def collect(
     `job_uids`: the uid of each load Job by round (None: the stages' Job). Every round measured so
     far is folded in, in `run --local`'s order: the search's probes (`search.progress`; the
     recommendation rests on them too), the crossover's (`crossover.apply`), then the confirmation's
-    (`confirm.fold`).
+    (`confirm.fold`). One experiment at a time (`one_collection`).
     """
+    async with one_collection():
+        return await _collect(kube, body, experiment, current, settings, job_uids=job_uids)
+
+
+async def _collect(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    current: status.ExperimentStatus,
+    settings: OperatorSettings,
+    *,
+    job_uids: Mapping[str | None, str | None],
+) -> reconcile.Judgement | reconcile.CollectFailure:
     metadata = body["metadata"]
     name = metadata["name"]
     first = await measured(kube, metadata, experiment, settings, job_uid=job_uids.get(None))
@@ -642,7 +668,21 @@ async def salvage(
     The load Job stores its results after every stage, so this finds whatever it finished even when
     it was killed. No results, or results that do not parse: `failed` unchanged. Prometheus is
     asked as for a full run; if it cannot answer, the stages keep the load Job's own figures.
+    One experiment at a time (`one_collection`).
     """
+    async with one_collection():
+        return await _salvage(kube, body, experiment, failed, settings, job_uid=job_uid)
+
+
+async def _salvage(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    failed: status.ExperimentStatus,
+    settings: OperatorSettings,
+    *,
+    job_uid: str | None,
+) -> status.ExperimentStatus:
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     try:

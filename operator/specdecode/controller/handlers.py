@@ -123,17 +123,68 @@ async def _reconcile(
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
     generation = int(body.metadata.get("generation") or 1)
     document = _document(body)
-    current = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
+    before = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
     subject = _subject(name, generation, document, settings)
     annotations = body.metadata.get("annotations") or {}
     if annotations.get(reconcile.ABORT_ANNOTATION) == str(generation):
         subject = replace(subject, aborted=True)
     now = now or datetime.now(UTC)
+    current, events = before, []
+    listed: Children | None = None
+    for _ in range(PASSES):
+        decision, listed = await _pass(body, document, subject, current, memo, now, logger, listed)
+        events.extend(decision.events)
+        if not _goes_straight_on(current, decision.status, generation):
+            break
+        current = decision.status
+    _patch_status(patch, before, decision.status)
+    if "phase" not in (body.get("status") or {}):
+        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
+        patch.status["phase"] = decision.status.phase.value
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        logger.info(f"{event.reason}: {event.message}")
+    memo.metrics.observe(namespace, name, decision.status)
+
+
+# At most this many observe -> decide -> act passes in one tick (`_goes_straight_on`).
+PASSES = 3
+
+
+def _goes_straight_on(
+    before: status.ExperimentStatus, after: status.ExperimentStatus, generation: int
+) -> bool:
+    """Whether the tick observes and decides again at once instead of an interval later: a new
+    experiment was just accepted (Pending: its arms are created now), or the load just finished
+    (Analyzing: it is judged now). Waiting a tick there only adds latency (benchmarks/README.md,
+    "Many experiments"). A spec edit's Pending keeps its tick (the old generation's children are
+    deleted first), and a pass that met a fault (`retrying: ...`) waits for the next tick."""
+    if (after.message or "").startswith(reconcile.RETRYING) or after.observed_generation != generation:
+        return False
+    accepted = before.observed_generation is None and after.phase is status.Phase.PENDING
+    finished = before.phase is status.Phase.RUNNING and after.phase is status.Phase.ANALYZING
+    return accepted or finished
+
+
+async def _pass(
+    body: kopf.Body,
+    document: dict[str, Any],
+    subject: reconcile.Subject,
+    current: status.ExperimentStatus,
+    memo: kopf.Memo,
+    now: datetime,
+    logger: kopf.Logger,
+    listed: Children | None = None,
+) -> tuple[reconcile.Decision, Children | None]:
+    """Observe, decide and carry out once, from `current`; with the children listed, for the next
+    pass to reuse when this one changed nothing (no action, no fault): a second pass then costs no
+    LISTs (`listed`: the previous pass's)."""
     observed: reconcile.Observed | None = None
     decision: reconcile.Decision | None = None
     try:
-        observed, stale = await _observe(body, subject, current, memo, logger)
-        decision = reconcile.decide(subject, current, observed, now, settings.timing)
+        listed = listed or await _children(body, subject, memo)
+        observed, stale = await _observe(body, subject, current, memo, logger, listed)
+        decision = reconcile.decide(subject, current, observed, now, memo.settings.timing)
         decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
         await _carry_out(decision.actions, body, document, subject, memo, stale, decision.status.rounds)
     except Exception as exc:
@@ -142,14 +193,25 @@ async def _reconcile(
         decision = await _after_fault(
             exc, body, document, subject, current, observed, decision, memo, now, logger
         )
-    _patch_status(patch, current, decision.status)
-    if "phase" not in (body.get("status") or {}):
-        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
-        patch.status["phase"] = decision.status.phase.value
-    for event in decision.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-        logger.info(f"{event.reason}: {event.message}")
-    memo.metrics.observe(namespace, name, decision.status)
+        return decision, None
+    return decision, None if decision.actions else listed
+
+
+# The experiment's Deployments, pods, Jobs and ConfigMaps (metadata only), as listed.
+Children = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+async def _children(body: kopf.Body, subject: reconcile.Subject, memo: kopf.Memo) -> Children:
+    """The experiment's children, one LIST per kind (ConfigMaps without their data)."""
+    client: kube.Kube = memo.kube
+    namespace, selector = str(body.metadata.namespace), {manifests.LABEL_EXPERIMENT: subject.name}
+    deployments, pods, jobs, config_maps = await asyncio.gather(
+        client.select(kube.DEPLOYMENT, namespace, selector),
+        client.select(kube.POD, namespace, selector),
+        client.select(kube.JOB, namespace, selector),
+        client.select_metadata(kube.CONFIG_MAP, namespace, selector),
+    )
+    return deployments, pods, jobs, config_maps
 
 
 async def _degradations(
@@ -169,18 +231,14 @@ async def _observe(
     current: status.ExperimentStatus,
     memo: kopf.Memo,
     logger: kopf.Logger,
+    listed: Children,
 ) -> tuple[reconcile.Observed, list[tuple[kube.KindRef, str]]]:
-    """What the decision needs, and the stale children (kind, name) to delete should it say so."""
+    """What the decision needs (from the children `listed`), and the stale children (kind, name)
+    to delete should it say so."""
     settings: OperatorSettings = memo.settings
     client: kube.Kube = memo.kube
     name, namespace, generation = subject.name, str(body.metadata.namespace), subject.generation
-    selector = {manifests.LABEL_EXPERIMENT: name}
-    deployments, pods, jobs, config_maps = await asyncio.gather(
-        client.select(kube.DEPLOYMENT, namespace, selector),
-        client.select(kube.POD, namespace, selector),
-        client.select(kube.JOB, namespace, selector),
-        client.select_metadata(kube.CONFIG_MAP, namespace, selector),
-    )
+    deployments, pods, jobs, config_maps = listed
     in_progress = rounds.current(current) if current.observed_generation == generation else None
     observed = observe.observe(
         name,
@@ -230,10 +288,10 @@ async def _observe(
             analysis=await collect.collect(client, body, subject.spec, current, settings, job_uids=job_uids),
         )
     # List items carry no apiVersion/kind: remember which list each came from.
-    listed = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]
+    by_kind = [(kube.DEPLOYMENT, deployments), (kube.JOB, jobs), (kube.CONFIG_MAP, config_maps)]
     stale = [
         (kind, str(o["metadata"]["name"]))
-        for kind, items in listed
+        for kind, items in by_kind
         for o in items
         if o["metadata"]["name"] in observed.stale_children
     ]

@@ -2,14 +2,20 @@
 
 A handful of generic calls over the official client's `ApiClient.call_api`, run in threads so the
 kopf event loop never blocks. Objects are plain dicts (as the manifest builders return them).
+
+The calls run in a pool of their own (`API_THREADS`), not in the event loop's default pool: that
+one has min(32, cores + 4) threads (6 on 2 cores), and with 50 experiments ticking, their calls
+queued there behind each other and behind the Prometheus queries (benchmarks/README.md, "Many
+experiments"). The client's connection pool is as large, so no connection is opened per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import kubernetes
 import urllib3
@@ -40,6 +46,7 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
 }
 
 KindRef = tuple[str, str]
+_T = TypeVar("_T")
 #: the most of a pod's log read: its start, where vLLM reports how it configured itself
 LOG_LIMIT_BYTES = 4 * 1024 * 1024
 # The API server's metadata-only list (falls back to a full list where it cannot).
@@ -54,11 +61,16 @@ LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
 DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
 
 
+# Threads (and pooled connections) for API calls in flight at once.
+API_THREADS = 32
+
+
 class Kube:
     """A Kubernetes API client for the operator's children."""
 
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+    def __init__(self, api: kubernetes.client.ApiClient, *, threads: int = API_THREADS) -> None:
         self._api = api
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specdecode-api")
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -68,11 +80,16 @@ class Kube:
             kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = API_THREADS
         return cls(kubernetes.client.ApiClient(configuration))
 
     def close(self) -> None:
-        """Release the connection pool."""
+        """Release the connection pool and the threads."""
+        self._pool.shutdown(wait=False)
         self._api.close()  # type: ignore[no-untyped-call]
+
+    async def _in_pool(self, call: Callable[[], _T]) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     async def create_if_absent(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         """Create `obj`; when it exists already, return the existing object unchanged (idempotence)."""
@@ -151,7 +168,7 @@ class Kube:
             return bytes(data).decode(errors="replace")
 
         try:
-            return await asyncio.to_thread(call)
+            return await self._in_pool(call)
         except (ApiException, urllib3.exceptions.HTTPError):
             # Best effort: the API server answers 4xx/5xx, or hangs dialling a kubelet that is not there.
             return None
@@ -209,7 +226,7 @@ class Kube:
             decoded = json.loads(data) if data else {}
             return decoded if isinstance(decoded, dict) else {}
 
-        return await asyncio.to_thread(call)
+        return await self._in_pool(call)
 
 
 def refusal(exc: BaseException) -> tuple[int, str] | None:
