@@ -462,3 +462,44 @@ def test_each_arm_s_throughput_divides_by_its_own_active_time_not_the_stage_wind
     assert arms["control"]["output_tokens_per_s"] == 40.0
     assert arms["treatment"]["output_tokens_per_s"] == 80.0
     assert arms["treatment"]["requests_per_s"] == 2 * arms["control"]["requests_per_s"]
+
+
+def test_an_arm_s_throughput_is_its_tokens_over_its_active_time_unrounded() -> None:
+    """Output tokens/s and requests/s over the arm's own active time (first send to last end), as
+    real numbers; an arm with no finished request has no throughput, not a division by zero
+    (mutation benchmark survivors: `//`, `>= 0`)."""
+
+    def rec(index: int, sent: float, end: float | None, tokens: int) -> records.RequestRecord:
+        return records.RequestRecord(
+            stage="s",
+            index=index,
+            arm="control",
+            ok=end is not None,
+            sent=sent,
+            end=end,
+            completion_tokens=tokens,
+        )
+
+    arm = summary.arm_summary([rec(0, 10.0, 11.5, 10), rec(1, 10.5, 12.0, 15)], None)
+    assert arm["active_s"] == pytest.approx(2.0)
+    assert arm["output_tokens_per_s"] == pytest.approx(12.5)
+    assert arm["requests_per_s"] == pytest.approx(1.0)
+    unfinished = summary.arm_summary([rec(0, 10.0, None, 0)], None)
+    assert unfinished["active_s"] == 0.0
+    assert unfinished["output_tokens_per_s"] is None and unfinished["requests_per_s"] is None
+
+
+def test_kernel_timestamps_are_unsupported_where_the_socket_option_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe answers False (the loop's clock stamps the reads) instead of raising where the kernel
+    refuses SO_TIMESTAMPNS (mutation benchmark survivor: the `except OSError`)."""
+    import socket
+
+    assert http.kernel_timestamps_supported() is sys.platform.startswith("linux")
+
+    def refuse(self: socket.socket, *args: object) -> None:
+        raise OSError(92, "Protocol not available")
+
+    monkeypatch.setattr(socket.socket, "setsockopt", refuse)
+    assert http.kernel_timestamps_supported() is False
