@@ -503,3 +503,19 @@ def test_kernel_timestamps_are_unsupported_where_the_socket_option_is_refused(
 
     monkeypatch.setattr(socket.socket, "setsockopt", refuse)
     assert http.kernel_timestamps_supported() is False
+
+
+def test_output_match_is_the_fraction_of_pairs_whose_texts_agree() -> None:
+    """3 of 4 paired treatment outputs equal the control's: 0.75 of 4 pairs (mutation benchmark
+    survivor: `/ len(both)` -> `& len(both)`)."""
+
+    def rec(arm: str, index: int, text: str) -> records.RequestRecord:
+        return records.RequestRecord(
+            stage="s", index=index, arm=arm, ok=True, sent=0.0, end=1.0, text_hash=text, completion_tokens=1
+        )
+
+    control = {("s", i): rec("control", i, "same") for i in range(4)}
+    treated = [rec("treatment", i, "same" if i else "other") for i in range(4)]
+    arm = summary.arm_summary(treated, control)
+    assert arm["output_match"] == pytest.approx(0.75)
+    assert arm["output_match_pairs"] == 4
