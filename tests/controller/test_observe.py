@@ -256,3 +256,18 @@ def test_the_arms_pods_as_built_do_not_differ_and_an_edited_one_is_named() -> No
     differ = observe.arm_pods(edited, hosts)
     found = fairness.differences(differ[spec.Arm.CONTROL], differ[spec.Arm.TREATMENT])
     assert [d.field for d in found] == ["imageID", "gpuProduct", "env.EXTRA"]
+
+
+def test_the_same_value_from_in_another_key_order_is_no_difference() -> None:
+    """An env var read from the same secret is the same however the API server orders its keys
+    (mutation benchmark survivor: `sort_keys=False`)."""
+    doc = experiment_document(
+        engine={"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]}
+    )
+    pods = [live_pod(arm, doc, "docker.io/vllm/vllm-openai@sha256:aaa") for arm in spec.Arm]
+    (engine,) = pods[1]["spec"]["containers"]
+    engine["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"key": "token", "name": "hf"}}}]
+    hosts = dict.fromkeys(spec.Arm, status.Host(node="gpu-0", gpu_product="NVIDIA-H200"))
+    arms = observe.arm_pods(pods, hosts)
+    assert arms[spec.Arm.CONTROL].env == arms[spec.Arm.TREATMENT].env
+    assert fairness.differences(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT]) == []
