@@ -9,7 +9,8 @@ experiment, loadgen, controller it:
    `random.Random(SEED).sample`) and marks the rest skipped;
 4. `cosmic-ray exec`: each mutant runs `run_tests.py`, the package's fast tests that name the
    mutated module (`pytest -x`);
-5. writes the outcome of every sampled mutant and the score with its 95% Wilson interval as JSON.
+5. writes the outcome of every sampled mutant and the score with its 95% Wilson interval as JSON
+   (report.py: signature-annotation mutants are set apart as equivalent).
 
     python benchmarks/mutation/sample.py controller --n 60 --seed 23 --json out.json
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 
 from cosmic_ray.work_db import WorkDB, use_db
-from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkItem, WorkResult
+from cosmic_ray.work_item import WorkerOutcome, WorkItem, WorkResult
+
+import report  # benchmarks/mutation/report.py: a script's own folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -42,16 +44,6 @@ EXCLUDED = {
 }
 #: per-mutant limit: past it the mutant counts as killed by timeout (reported apart)
 TIMEOUT_S = {"experiment": 300.0, "loadgen": 120.0, "controller": 120.0}
-
-
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k/n."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def scratch_copy(dest: Path) -> None:
@@ -125,49 +117,18 @@ def main() -> int:
     subprocess.run([*cosmic, "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
     elapsed = time.time() - started
 
-    mutants = []
-    with use_db(str(work / "session.sqlite"), WorkDB.Mode.open) as db:
-        for item, result in db.completed_work_items:
-            if item.job_id not in kept:
-                continue
-            m = item.mutations[0]
-            if result.worker_outcome is not WorkerOutcome.NORMAL:
-                outcome = f"error:{result.worker_outcome}"
-            elif result.test_outcome is TestOutcome.SURVIVED:
-                outcome = "survived"
-            elif result.output == "timeout":
-                outcome = "timeout"
-            else:
-                outcome = "killed"
-            mutants.append(
-                {
-                    "module": Path(m.module_path).name,
-                    "operator": m.operator_name,
-                    "occurrence": m.occurrence,
-                    "line": m.start_pos[0],
-                    "outcome": outcome,
-                    "diff": result.diff,
-                }
-            )
-    counts = {k: sum(1 for m in mutants if m["outcome"] == k) for k in ("killed", "timeout", "survived")}
-    judged = counts["killed"] + counts["timeout"] + counts["survived"]
-    caught = counts["killed"] + counts["timeout"]
-    low, high = wilson(caught, judged)
-    report = {
-        "package": args.package,
+    run = report.from_session(work / "session.sqlite")
+    result = {
         "seed": args.seed,
         "mutants_total": total,
         "sampled": len(kept),
         "excluded_modules": EXCLUDED.get(args.package, []),
-        "counts": counts,
-        "errors": len(mutants) - judged,
-        "score": caught / judged if judged else None,
-        "wilson95": [low, high],
         "elapsed_s": round(elapsed),
-        "mutants": sorted(mutants, key=lambda m: (m["module"], m["line"])),
+        **report.summarise(run),
+        "mutants": run["mutants"],
     }
-    args.json.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if k != "mutants"}))
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "mutants"}))
     if not args.keep:
         shutil.rmtree(work.parent)
     return 0
