@@ -673,3 +673,16 @@ def test_the_overall_schedule_holds_for_every_length_that_passes_up_to_its_cut_o
     rec = verdict.recommend(_length_spec(inputTokens=256), failing)
     assert rec.note == "speculation did not pass at the lowest load (short-c1); leave it off"
     assert [r.beneficial_up_to for r in rec.by_input_length] == [None, "long-c8"]
+
+
+def test_an_undecided_stage_reports_the_interval_of_its_last_look_reached() -> None:
+    """Before any look decides, the stage's interval is that of the last planned look it reached,
+    both bounds (mutation benchmark survivor: the high bound taken from the first look)."""
+    x = np.tile([0.5, -0.5, 0.3, -0.3], 25)  # mean 0 at every look: undecided against 0 at 100 of 300
+    at = sequential.look(x, threshold=0.0, confidence=0.95, horizon=300)
+    assert (at.decided, at.why) == (False, "undecided")
+    d = sequential.design(300, alpha=0.05)
+    b = sequential.look_bounds(x, d)
+    assert b.n.size >= 2 and at.n == int(b.n[-1])
+    assert (at.low, at.high) == (float(b.low[-1]), float(b.high[-1]))
+    assert at.high < float(b.high[0])  # the last look's interval is the narrower one
