@@ -4,6 +4,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from specdecode.controller import observe
 from specdecode.experiment import fairness, manifests, spec, status, validation
 from tests.factories import experiment_document
@@ -271,3 +273,22 @@ def test_the_same_value_from_in_another_key_order_is_no_difference() -> None:
     arms = observe.arm_pods(pods, hosts)
     assert arms[spec.Arm.CONTROL].env == arms[spec.Arm.TREATMENT].env
     assert fairness.differences(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT]) == []
+
+
+@pytest.mark.parametrize("label", [manifests.JOB_NAME_LABEL, "job-name"])
+def test_a_round_s_load_pod_is_not_the_stages_load_pod(label: str) -> None:
+    """The stages' Job sees only its own pods: a crossover round's failed load pod (labelled with its
+    Job's name, by either label Kubernetes has used) is not the stages' (mutation benchmark survivor:
+    the pod's labels read as empty, so every load pod matched)."""
+    mine = pod("l", component="load", phase="Running")
+    mine["metadata"]["labels"][label] = "exp-load"
+    other = pod(
+        "x",
+        component="load",
+        phase="Failed",
+        containerStatuses=[{"state": {"terminated": {"reason": "Error", "exitCode": 3}}}],
+    )
+    other["metadata"]["labels"][label] = "exp-load-crossover"
+    job = {"metadata": {"name": "exp-load"}, "status": {}}
+    observed = observe.observe("exp", 1, deployments=[], pods=[mine, other], jobs=[job])
+    assert observed.job.pod is not None and observed.job.pod.name == "l"
