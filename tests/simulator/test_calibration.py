@@ -34,17 +34,23 @@ TREATMENT_TPOT_MS = {
 }
 
 
-@pytest.mark.parametrize("profile", sorted(TREATMENT_TPOT_MS))
-@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
-def test_profile_reproduces_h200_control_tpot_and_speculation_ratio_within_10_percent_and_speedup_within_6_points(
-    profile: str, concurrency: int
-) -> None:
+def simulated_tpot_ms(profile: str, concurrency: int) -> tuple[float, float]:
+    """Median TPOT of the control and the treatment (k = 4, acceptance 0.8) in virtual time."""
     params = PROFILES[profile]
     n = 24 if concurrency <= 4 else 3 * concurrency
     control = closed_loop(params, None, concurrency=concurrency, num_requests=n).tpot_p50_ms
     treatment = closed_loop(
         params, SpecConfig.constant(4, 0.8), concurrency=concurrency, num_requests=n
     ).tpot_p50_ms
+    return control, treatment
+
+
+@pytest.mark.parametrize("profile", sorted(TREATMENT_TPOT_MS))
+@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
+def test_profile_reproduces_h200_control_tpot_and_speculation_ratio_within_10_percent_and_speedup_within_6_points(
+    profile: str, concurrency: int
+) -> None:
+    control, treatment = simulated_tpot_ms(profile, concurrency)
     assert control == pytest.approx(CONTROL_TPOT_MS[concurrency], rel=0.10)
     measured_ratio = TREATMENT_TPOT_MS[profile][concurrency] / CONTROL_TPOT_MS[concurrency]
     assert treatment / control == pytest.approx(measured_ratio, rel=0.10)
@@ -68,12 +74,7 @@ def test_only_the_tiny_draft_at_c16_is_too_close_to_no_effect_for_a_sign() -> No
 def test_profile_s_speedup_has_the_h200_s_sign_where_the_h200_measured_one(
     profile: str, concurrency: int
 ) -> None:
-    params = PROFILES[profile]
-    n = 24 if concurrency <= 4 else 3 * concurrency
-    control = closed_loop(params, None, concurrency=concurrency, num_requests=n).tpot_p50_ms
-    treatment = closed_loop(
-        params, SpecConfig.constant(4, 0.8), concurrency=concurrency, num_requests=n
-    ).tpot_p50_ms
+    control, treatment = simulated_tpot_ms(profile, concurrency)
     simulated, measured = (control / treatment - 1) * 100, measured_points(profile, concurrency)
     assert (simulated > 0) == (measured > 0), (
         f"{profile} at C={concurrency}: simulated {simulated:+.1f}%, H200 {measured:+.1f}%"
