@@ -686,3 +686,19 @@ def test_an_undecided_stage_reports_the_interval_of_its_last_look_reached() -> N
     assert b.n.size >= 2 and at.n == int(b.n[-1])
     assert (at.low, at.high) == (float(b.low[-1]), float(b.high[-1]))
     assert at.high < float(b.high[0])  # the last look's interval is the narrower one
+
+
+def test_a_request_s_throughput_is_its_tokens_over_its_end_to_end_time() -> None:
+    """primaryMetric throughput: 24 tokens in 1.2 s is 20 tokens/s; a request without a positive
+    end-to-end time has none (mutation benchmark survivor: `e2e_ms <= 0` -> `>= 0` made every request
+    NaN, so a throughput experiment could only end NoData)."""
+
+    def rec(e2e_ms: float | None, tokens: int | None = 24) -> RequestRecord:
+        return RequestRecord(
+            stage="s", index=0, arm="control", ok=True, sent=0.0, e2e_ms=e2e_ms, completion_tokens=tokens
+        )
+
+    assert verdict.metric_value(rec(1200.0), "throughput") == pytest.approx(20.0)
+    assert all(
+        math.isnan(verdict.metric_value(r, "throughput")) for r in (rec(0.0), rec(None), rec(1200.0, None))
+    )
