@@ -208,6 +208,10 @@ def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None
     written = sum(len(r.model_copy(update={"text": text}).model_dump_json()) + 1 for r in recs)
     assert len(recs) == 100
     assert results.planned_bytes(experiment) <= written
+    # and a bound that binds: within a factor of two of what is written, or the check before deploying
+    # would pass experiments whose results the operator then refuses (mutation benchmark survivor:
+    # `TOKEN_BYTES * max_tokens` -> `+`, a bound 6x too low)
+    assert results.planned_bytes(experiment) >= written / 2
     assert results.check_size(experiment, results.Limits(max_bytes=written)) is None
     assert "more than the 0 MiB" in (results.check_size(experiment, results.Limits(max_bytes=1000)) or "")
 
