@@ -702,3 +702,24 @@ def test_a_request_s_throughput_is_its_tokens_over_its_end_to_end_time() -> None
     assert all(
         math.isnan(verdict.metric_value(r, "throughput")) for r in (rec(0.0), rec(None), rec(1200.0, None))
     )
+
+
+def test_a_quantile_change_s_bootstrap_interval_narrows_with_the_confidence_and_holds_the_estimate() -> None:
+    """The interval's tails are (1 - confidence) / 2 each: at 50% it is the bootstrap's quartiles, ordered
+    and holding the estimate, and at 95% it is wider (mutation benchmark survivor: tails of
+    (1 - confidence) * 2, which turn a 50% interval inside out)."""
+    rng = np.random.default_rng(11)
+    control = rng.lognormal(3.0, 0.3, 200)
+    treatment = control * rng.lognormal(-0.1, 0.1, 200)
+
+    def interval(confidence: float) -> tuple[float, float, float]:
+        change = verdict.quantile_change(
+            control, treatment, quantile=0.9, confidence=confidence, rng=np.random.default_rng(0)
+        )
+        assert change is not None and change.ratio_ci is not None
+        return change.ratio_ci[0], change.ratio, change.ratio_ci[1]
+
+    low50, ratio, high50 = interval(0.5)
+    low95, _, high95 = interval(0.95)
+    assert low50 < ratio < high50
+    assert low95 < low50 and high50 < high95
