@@ -435,3 +435,18 @@ def test_a_probe_round_whose_fields_an_old_crd_pruned_fails_instead_of_running_a
     )
     assert isinstance(outcome, reconcile.CollectFailure) and not outcome.transient
     assert outcome.reason == "CrdOutdated" and "search1-c1" in outcome.message
+
+
+def test_a_run_with_only_warm_up_requests_is_no_data_not_invalid_measurement(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    """The analysis' own reason passes through: nothing measured is NoData (the load never ran past its
+    warm-up), not the InvalidMeasurement of a run the load generator judged."""
+    recs, _ = synthetic.run(experiment(), n=40)
+    files = measured()
+    files["requests.jsonl"] = "".join(
+        r.model_copy(update={"warmup": True}).model_dump_json() + "\n" for r in recs
+    )
+    outcome = failure(run_collect(stored(files), experiment(prometheus(200, vector("1")))))
+    assert (outcome.reason, outcome.transient) == ("NoData", False)
+    assert "no measured requests" in outcome.message

@@ -4,6 +4,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from specdecode.controller import observe
 from specdecode.experiment import fairness, manifests, spec, status, validation
 from tests.factories import experiment_document
@@ -256,3 +258,37 @@ def test_the_arms_pods_as_built_do_not_differ_and_an_edited_one_is_named() -> No
     differ = observe.arm_pods(edited, hosts)
     found = fairness.differences(differ[spec.Arm.CONTROL], differ[spec.Arm.TREATMENT])
     assert [d.field for d in found] == ["imageID", "gpuProduct", "env.EXTRA"]
+
+
+def test_the_same_value_from_in_another_key_order_is_no_difference() -> None:
+    """An env var read from the same secret is the same however the API server orders its keys
+    (mutation benchmark survivor: `sort_keys=False`)."""
+    doc = experiment_document(
+        engine={"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]}
+    )
+    pods = [live_pod(arm, doc, "docker.io/vllm/vllm-openai@sha256:aaa") for arm in spec.Arm]
+    (engine,) = pods[1]["spec"]["containers"]
+    engine["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"key": "token", "name": "hf"}}}]
+    hosts = dict.fromkeys(spec.Arm, status.Host(node="gpu-0", gpu_product="NVIDIA-H200"))
+    arms = observe.arm_pods(pods, hosts)
+    assert arms[spec.Arm.CONTROL].env == arms[spec.Arm.TREATMENT].env
+    assert fairness.differences(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT]) == []
+
+
+@pytest.mark.parametrize("label", [manifests.JOB_NAME_LABEL, "job-name"])
+def test_a_round_s_load_pod_is_not_the_stages_load_pod(label: str) -> None:
+    """The stages' Job sees only its own pods: a crossover round's failed load pod (labelled with its
+    Job's name, by either label Kubernetes has used) is not the stages' (mutation benchmark survivor:
+    the pod's labels read as empty, so every load pod matched)."""
+    mine = pod("l", component="load", phase="Running")
+    mine["metadata"]["labels"][label] = "exp-load"
+    other = pod(
+        "x",
+        component="load",
+        phase="Failed",
+        containerStatuses=[{"state": {"terminated": {"reason": "Error", "exitCode": 3}}}],
+    )
+    other["metadata"]["labels"][label] = "exp-load-crossover"
+    job = {"metadata": {"name": "exp-load"}, "status": {}}
+    observed = observe.observe("exp", 1, deployments=[], pods=[mine, other], jobs=[job])
+    assert observed.job.pod is not None and observed.job.pod.name == "l"

@@ -208,5 +208,20 @@ def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None
     written = sum(len(r.model_copy(update={"text": text}).model_dump_json()) + 1 for r in recs)
     assert len(recs) == 100
     assert results.planned_bytes(experiment) <= written
+    # and a bound that binds: within a factor of two of what is written, or the check before deploying
+    # would pass experiments whose results the operator then refuses (mutation benchmark survivor:
+    # `TOKEN_BYTES * max_tokens` -> `+`, a bound 6x too low)
+    assert results.planned_bytes(experiment) >= written / 2
     assert results.check_size(experiment, results.Limits(max_bytes=written)) is None
     assert "more than the 0 MiB" in (results.check_size(experiment, results.Limits(max_bytes=1000)) or "")
+
+
+@pytest.mark.parametrize("label", ["0/2", "2/2", "1/3", ""])
+def test_a_part_labelled_with_another_index_or_count_is_refused(label: str) -> None:
+    """Part 1 of 2 must say `1/2`: a label that sorts before or after it is another part or upload
+    (mutation benchmark survivor: `!=` -> `<` let every label after `1/2` through)."""
+    client = stored(results.pack({"requests.jsonl": os.urandom(1_000_000).hex()}))
+    part = client.named(kube.CONFIG_MAP, "exp-results-1")
+    part["metadata"]["annotations"][results.PART_ANNOTATION] = label
+    with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
+        download(client)

@@ -166,6 +166,8 @@ def test_fly_needs_two_draft_tokens() -> None:
         ([[2, 32, 4]], "must start at 1"),
         ([[1, 32, 4], [30, 64, 0]], "overlaps"),
         ([[1, 32, -1]], "k must be >= 0"),
+        ([[1, 1, 4], [2, 4096, 0]], None),  # a range of one batch size: start == end is allowed
+        ([[1, 32, 4], [64, 33, 0]], "needs 0 < start <= end"),  # a range that ends before it starts
         ([[1, 32]], "three integers"),
         ([], "non-empty list"),
     ],

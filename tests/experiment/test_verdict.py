@@ -803,3 +803,53 @@ def test_each_stage_carries_the_code_the_overall_reason_is_combined_from() -> No
         "c16": ReasonCode.SLOWER_THAN_REQUIRED,
     }
     assert result.reason == ReasonCode.SLOWER_THAN_REQUIRED
+
+
+def test_an_undecided_stage_reports_the_interval_of_its_last_look_reached() -> None:
+    """Before any look decides, the stage's interval is that of the last planned look it reached,
+    both bounds (mutation benchmark survivor: the high bound taken from the first look)."""
+    x = np.tile([0.5, -0.5, 0.3, -0.3], 25)  # mean 0 at every look: undecided against 0 at 100 of 300
+    at = sequential.look(x, threshold=0.0, confidence=0.95, horizon=300)
+    assert (at.decided, at.why) == (False, "undecided")
+    d = sequential.design(300, alpha=0.05)
+    b = sequential.look_bounds(x, d)
+    assert b.n.size >= 2 and at.n == int(b.n[-1])
+    assert (at.low, at.high) == (float(b.low[-1]), float(b.high[-1]))
+    assert at.high < float(b.high[0])  # the last look's interval is the narrower one
+
+
+def test_a_request_s_throughput_is_its_tokens_over_its_end_to_end_time() -> None:
+    """primaryMetric throughput: 24 tokens in 1.2 s is 20 tokens/s; a request without a positive
+    end-to-end time has none (mutation benchmark survivor: `e2e_ms <= 0` -> `>= 0` made every request
+    NaN, so a throughput experiment could only end NoData)."""
+
+    def rec(e2e_ms: float | None, tokens: int | None = 24) -> RequestRecord:
+        return RequestRecord(
+            stage="s", index=0, arm="control", ok=True, sent=0.0, e2e_ms=e2e_ms, completion_tokens=tokens
+        )
+
+    assert pairing.metric_value(rec(1200.0), "throughput") == pytest.approx(20.0)
+    assert all(
+        math.isnan(pairing.metric_value(r, "throughput")) for r in (rec(0.0), rec(None), rec(1200.0, None))
+    )
+
+
+def test_a_quantile_change_s_bootstrap_interval_narrows_with_the_confidence_and_holds_the_estimate() -> None:
+    """The interval's tails are (1 - confidence) / 2 each: at 50% it is the bootstrap's quartiles, ordered
+    and holding the estimate, and at 95% it is wider (mutation benchmark survivor: tails of
+    (1 - confidence) * 2, which turn a 50% interval inside out)."""
+    rng = np.random.default_rng(11)
+    control = rng.lognormal(3.0, 0.3, 200)
+    treatment = control * rng.lognormal(-0.1, 0.1, 200)
+
+    def interval(confidence: float) -> tuple[float, float, float]:
+        change = comparison.quantile_change(
+            control, treatment, quantile=0.9, confidence=confidence, rng=np.random.default_rng(0)
+        )
+        assert change is not None and change.ratio_ci is not None
+        return change.ratio_ci[0], change.ratio, change.ratio_ci[1]
+
+    low50, ratio, high50 = interval(0.5)
+    low95, _, high95 = interval(0.95)
+    assert low50 < ratio < high50
+    assert low95 < low50 and high50 < high95

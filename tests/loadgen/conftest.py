@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests import e2e_skips
+
 FAKE = Path(__file__).with_name("fakevllm.py")
 
 
@@ -46,12 +48,19 @@ def realtime() -> Iterator[bool]:
     The timing tests compare the client's stamps with the server's to the sub-millisecond; on a
     shared CI machine with more runnable processes than cores, the OS scheduler alone delays a
     normal-priority process by milliseconds. The fake servers start the same way (`--realtime`).
-    Yields whether it took effect.
+    Yields whether it took effect; the timing tests put that into each attempt's figures. In CI
+    (`CI=true`) a refusal fails the test: its limits were set under real-time priority, and a CI
+    runner without it would run them silently at normal priority (#23).
     """
     try:
         before = os.sched_getscheduler(0), os.sched_getparam(0)
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-    except (AttributeError, PermissionError, OSError):
+    except (AttributeError, PermissionError, OSError) as exc:
+        if e2e_skips.in_ci():
+            pytest.fail(
+                f"SCHED_FIFO refused ({type(exc).__name__}): this timing test's limits assume real-time "
+                "priority; give the CI job CAP_SYS_NICE (or run it as root)"
+            )
         yield False
         return
     try:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from specdecode import cli, exit_status
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner
 
-from .test_runner import Start, make_spec, read_records, run
+from .test_runner import Start, experiment_file, make_spec, read_records, run
 
 
 def test_4xx_timeouts_and_broken_http_get_their_own_class(fake_server: Start, tmp_path: Path) -> None:
@@ -45,3 +48,23 @@ def test_4xx_timeouts_and_broken_http_get_their_own_class(fake_server: Start, tm
     assert len(classes) == len(lines)
     expected = [None] * 3 + ["http_4xx", "http_5xx", "timeout", "disconnect", "malformed_http"]
     assert [classes[f"prompts.jsonl:{i + 1}"] for i in range(len(lines))] == expected
+
+
+def test_a_load_where_no_request_succeeded_exits_failed_and_says_it_could_not_measure(
+    fake_server: Start, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specdecode loadgen` exits FAILED, not OK, when every request of the measured stages failed
+    (mutation benchmark survivor: `ok == 0` -> `ok < 0`); the control: one that succeeds exits OK."""
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": f"FAULT:http400 {i}"}) + "\n" for i in range(4)))
+    experiment = experiment_file(tmp_path, 4, 50.0)
+    doc = json.loads(experiment.read_text())
+    doc["spec"]["workload"]["dataset"] = {"type": "jsonl", "path": str(dataset)}
+    experiment.write_text(json.dumps(doc))
+    server = fake_server("--step-ms", "1")
+    argv = ["loadgen", "--experiment", str(experiment), "--control-url", server.url]
+    argv += ["--treatment-url", server.url, "--quiet"]
+    assert cli.main([*argv, "--out", str(tmp_path / "refused")]) == exit_status.FAILED
+    assert "no request succeeded" in capsys.readouterr().err
+    dataset.write_text("".join(json.dumps({"prompt": f"fine prompt {i}"}) + "\n" for i in range(4)))
+    assert cli.main([*argv, "--out", str(tmp_path / "fine")]) == exit_status.OK

@@ -87,14 +87,14 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
     under SCHED_FIFO where permitted, and takes the best of three attempts (each one's figures are
     in the failure message). A systematic client error fails all three.
     """
-    attempts: list[tuple[float, float]] = []
+    attempts: list[tuple[float, float, bool]] = []
     for attempt in range(3):
         control, treatment, endpoints = two_arms(fake_server, "--step-ms", "8")
         plan = plan_mod.plan_from_spec(
             make_spec(stages=[{"name": "c16", "concurrency": 16}], requestsPerStage=100), Path()
         )
         out = tmp_path / f"attempt{attempt}"
-        with realtime():
+        with realtime() as rt:
             result = run(plan, endpoints, out)
         recs = read_records(out)
         assert len(recs) == 200 and all(r.ok for r in recs)
@@ -104,10 +104,12 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
             summary.quantile([abs(e) for e in ttft_err], 0.99) or 0.0,
             summary.quantile([abs(e) for e in tpot_err], 0.99) or 0.0,
         )
-        attempts.append(p99)
+        attempts.append((*p99, rt))
         if max(p99) < 1.0:
             break
-    assert min(max(a) for a in attempts) < 1.0, f"p99 |error| (ttft, tpot) ms per attempt: {attempts}"
+    assert min(max(a[:2]) for a in attempts) < 1.0, (
+        f"p99 |error| (ttft, tpot) ms, SCHED_FIFO per attempt: {attempts}"
+    )
     # token counts come from usage: multi-token chunks are counted as such, never as one
     treated = [r for r in recs if r.arm == "treatment"]
     assert all(r.completion_tokens == 24 for r in recs)

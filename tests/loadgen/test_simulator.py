@@ -88,13 +88,13 @@ def test_against_the_simulator_ttft_and_tpot_match_its_ground_truth_within_1ms_a
 ) -> None:
     control, treatment = sims
     endpoints = {"control": runner.Endpoint(control.url), "treatment": runner.Endpoint(treatment.url)}
-    attempts: list[tuple[float, float]] = []
+    attempts: list[tuple[float, float, bool]] = []
     for attempt in range(3):  # best of three on a shared machine (see test_runner)
         plan = plan_mod.plan_from_spec(
             make_spec(stages=[{"name": "c16", "concurrency": 16}], requestsPerStage=60), Path()
         )
         out = tmp_path / f"a{attempt}"
-        with realtime():
+        with realtime() as rt:
             result = run(plan, endpoints, out)
         recs = read_records(out)
         assert len(recs) == 120 and all(r.ok for r in recs)
@@ -111,10 +111,12 @@ def test_against_the_simulator_ttft_and_tpot_match_its_ground_truth_within_1ms_a
             summary.quantile([abs(e) for e in ttft_err], 0.99) or 0.0,
             summary.quantile([abs(e) for e in tpot_err], 0.99) or 0.0,
         )
-        attempts.append(p99)
+        attempts.append((*p99, rt))
         if max(p99) < 1.0:
             break
-    assert min(max(a) for a in attempts) < 1.0, f"p99 |error| (ttft, tpot) ms per attempt: {attempts}"
+    assert min(max(a[:2]) for a in attempts) < 1.0, (
+        f"p99 |error| (ttft, tpot) ms, SCHED_FIFO per attempt: {attempts}"
+    )
     treated = [r for r in recs if r.arm == "treatment"]
     assert all(r.spec_decode and r.spec_decode["num_spec_tokens"] == 3 for r in treated)
     assert any(len(r.events) < (r.completion_tokens or 0) for r in treated)  # multi-token chunks

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from specdecode.experiment import records, spec
-from specdecode.loadgen import http, pacer, plan, schedule, scrape, sse, summary, workload
+from specdecode.loadgen import http, pacer, plan, schedule, scrape, sse, stamping, summary, workload
 from specdecode.loadgen.runner import diverges_at
 
 # ------------------------------------------------------------------------------------------ schedule
@@ -285,6 +285,14 @@ def test_content_length_bodies_complete_without_closing() -> None:
     assert resp.status == 500 and resp.body == b"fail" and resp.first_byte is not None
 
 
+def test_a_response_head_of_a_few_kib_arriving_in_pieces_is_read() -> None:
+    """Servers behind proxies send heads of several KiB (cookies, tracing headers); only a head past
+    64 KiB is refused (mutation benchmark survivor: the limit as 64 + 1024 bytes)."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n" + b"x-trace: " + b"a" * 8000 + b"\r\n\r\n"
+    resp = _feed([head[:4000], head[4000:], b"ok"])
+    assert resp.status == 200 and resp.body == b"ok"
+
+
 def test_request_bytes_carry_host_length_and_the_base_path() -> None:
     origin = http.Origin.parse("http://vllm.llm.svc:8000/base/")
     raw = http.request_bytes(origin, "POST", "/v1/completions", {"x-request-id": "r1"}, b"{}")
@@ -462,3 +470,60 @@ def test_each_arm_s_throughput_divides_by_its_own_active_time_not_the_stage_wind
     assert arms["control"]["output_tokens_per_s"] == 40.0
     assert arms["treatment"]["output_tokens_per_s"] == 80.0
     assert arms["treatment"]["requests_per_s"] == 2 * arms["control"]["requests_per_s"]
+
+
+def test_an_arm_s_throughput_is_its_tokens_over_its_active_time_unrounded() -> None:
+    """Output tokens/s and requests/s over the arm's own active time (first send to last end), as
+    real numbers; an arm with no finished request has no throughput, not a division by zero
+    (mutation benchmark survivors: `//`, `>= 0`)."""
+
+    def rec(index: int, sent: float, end: float | None, tokens: int) -> records.RequestRecord:
+        return records.RequestRecord(
+            stage="s",
+            index=index,
+            arm="control",
+            ok=end is not None,
+            sent=sent,
+            end=end,
+            completion_tokens=tokens,
+        )
+
+    arm = summary.arm_summary([rec(0, 10.0, 11.5, 10), rec(1, 10.5, 12.0, 15)], None)
+    assert arm["active_s"] == pytest.approx(2.0)
+    assert arm["output_tokens_per_s"] == pytest.approx(12.5)
+    assert arm["requests_per_s"] == pytest.approx(1.0)
+    unfinished = summary.arm_summary([rec(0, 10.0, None, 0)], None)
+    assert unfinished["active_s"] == 0.0
+    assert unfinished["output_tokens_per_s"] is None and unfinished["requests_per_s"] is None
+
+
+def test_kernel_timestamps_are_unsupported_where_the_socket_option_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe answers False (the loop's clock stamps the reads) instead of raising where the kernel
+    refuses SO_TIMESTAMPNS (mutation benchmark survivor: the `except OSError`)."""
+    import socket
+
+    assert stamping.kernel_timestamps_supported() is sys.platform.startswith("linux")
+
+    def refuse(self: socket.socket, *args: object) -> None:
+        raise OSError(92, "Protocol not available")
+
+    monkeypatch.setattr(socket.socket, "setsockopt", refuse)
+    assert stamping.kernel_timestamps_supported() is False
+
+
+def test_output_match_is_the_fraction_of_pairs_whose_texts_agree() -> None:
+    """3 of 4 paired treatment outputs equal the control's: 0.75 of 4 pairs (mutation benchmark
+    survivor: `/ len(both)` -> `& len(both)`)."""
+
+    def rec(arm: str, index: int, text: str) -> records.RequestRecord:
+        return records.RequestRecord(
+            stage="s", index=index, arm=arm, ok=True, sent=0.0, end=1.0, text_hash=text, completion_tokens=1
+        )
+
+    control = {("s", i): rec("control", i, "same") for i in range(4)}
+    treated = [rec("treatment", i, "same" if i else "other") for i in range(4)]
+    arm = summary.arm_summary(treated, control)
+    assert arm["output_match"] == pytest.approx(0.75)
+    assert arm["output_match_pairs"] == 4
