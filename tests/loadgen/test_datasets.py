@@ -34,10 +34,20 @@ STATED = {
 REAL = ("humaneval", "gsm8k", "self-instruct", "peps")
 
 
+#: the built-in conversations of multi-turn sessions (tests/loadgen/test_sessions.py reads them), items each
+CONVERSATIONS = {"conversations": 16}
+
+
 def test_every_builtin_name_the_spec_accepts_is_stated_here_and_shipped() -> None:
     names = typing.get_args(spec.BuiltinDataset.model_fields["name"].annotation)
     assert set(names) == set(STATED)
-    assert {p.stem for p in DATA.glob("*.jsonl")} == set(STATED)
+    [sessions] = [
+        typing.get_args(t)
+        for t in typing.get_args(spec.MultiTurnDataset.model_fields["builtin"].annotation)
+        if typing.get_origin(t) is typing.Literal
+    ]
+    assert set(sessions) == set(CONVERSATIONS)
+    assert {p.stem for p in DATA.glob("*.jsonl")} == set(STATED) | set(CONVERSATIONS)
 
 
 @pytest.mark.parametrize("name", sorted(STATED))
@@ -83,8 +93,12 @@ def test_licenses_md_states_each_builtin_with_its_count_and_licence() -> None:
     text = (DATA / "LICENSES.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([\w-]+)` \| (\d+) \|", text, re.MULTILINE))
     assert {name: int(n) for name, n in rows.items()} == {
-        name: sum(STATED[name].values()) for name in ("real-mixed", *REAL)
+        **{name: sum(STATED[name].values()) for name in ("real-mixed", *REAL)},
+        **CONVERSATIONS,
     }
+    assert {
+        name: len((DATA / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()) for name in CONVERSATIONS
+    } == CONVERSATIONS
     for licence in ("MIT License", "Apache License, Version 2.0", "public domain"):
         assert licence in text
 
@@ -138,7 +152,7 @@ def test_the_wheel_built_from_the_image_build_context_carries_the_datasets_and_t
     [wheel] = wheels.glob("specdecode_operator-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         shipped = {n for n in zf.namelist() if n.startswith("specdecode/loadgen/data/")}
-        assert shipped == {f"specdecode/loadgen/data/{name}.jsonl" for name in STATED} | {
+        assert shipped == {f"specdecode/loadgen/data/{name}.jsonl" for name in (*STATED, *CONVERSATIONS)} | {
             "specdecode/loadgen/data/LICENSES.md"
         }
         assert zf.read("specdecode/loadgen/data/peps.jsonl") == (DATA / "peps.jsonl").read_bytes()
