@@ -22,6 +22,9 @@ FAST = {
         "tests/loadgen/test_error_classes.py",
         "tests/loadgen/test_trace.py",
         "tests/loadgen/test_pacing.py",
+        "tests/loadgen/test_wire.py",
+        "tests/loadgen/test_sessions.py",
+        "tests/loadgen/test_datasets.py",
     ],
     "controller": ["tests/controller"],
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 import time
@@ -12,8 +13,20 @@ from typing import Any
 import pytest
 from scipy import stats
 
-from specdecode.experiment import records, spec
-from specdecode.loadgen import http, pacer, plan, schedule, scrape, sse, stamping, summary, workload
+from specdecode.experiment import records, spec, verdict
+from specdecode.loadgen import (
+    command,
+    http,
+    pacer,
+    plan,
+    runner,
+    schedule,
+    scrape,
+    sse,
+    stamping,
+    summary,
+    workload,
+)
 from specdecode.loadgen.runner import diverges_at
 
 # ------------------------------------------------------------------------------------------ schedule
@@ -527,3 +540,101 @@ def test_output_match_is_the_fraction_of_pairs_whose_texts_agree() -> None:
     arm = summary.arm_summary(treated, control)
     assert arm["output_match"] == pytest.approx(0.75)
     assert arm["output_match_pairs"] == 4
+
+
+def test_the_stop_rule_is_due_once_at_each_planned_look_and_never_between() -> None:
+    """Looks planned at 4, 8 and 12 pairs: asked after pairs 4, 8 and 12 only (counting pair by pair),
+    and a jump past two looks asks once (mutation benchmark survivors in runner: the loop's test and
+    its step)."""
+    looks, at, due_at = [4, 8, 12], 0, []
+    for pairs in range(1, 16):
+        reached = runner.looks_reached(looks, at, pairs)
+        if reached > at:
+            due_at.append(pairs)
+        at = reached
+    assert due_at == [4, 8, 12]
+    assert runner.looks_reached(looks, 0, 9) == 2
+    assert runner.looks_reached(looks, 3, 40) == 3
+
+
+def test_open_loop_requests_alternate_which_arm_is_written_first() -> None:
+    """Neither arm always leaves first: over a stage each arm goes first for half the requests
+    (mutation benchmark survivor in runner: control always first)."""
+    arms = ["control", "treatment"]
+    firsts = [runner.pair_order(arms, i)[0] for i in range(6)]
+    assert firsts == ["control", "treatment"] * 3
+    assert all(sorted(runner.pair_order(arms, i)) == arms for i in range(6))
+
+
+def test_the_loop_lag_is_how_late_each_tick_woke_in_milliseconds() -> None:
+    """An idle loop wakes its 10 ms ticks a few ms late at most: each lag is small and non-negative,
+    not the ratio of two clock readings (mutation benchmark survivor in runner: `now // expected`)."""
+
+    async def main() -> list[float]:
+        lags: list[float] = []
+        ticker = asyncio.get_running_loop().create_task(runner.tick_lags(lags))
+        await asyncio.sleep(0.2)
+        ticker.cancel()
+        return lags
+
+    lags = asyncio.run(main())
+    assert len(lags) >= 5
+    assert all(0.0 <= lag < 500.0 for lag in lags), lags
+
+
+def test_the_stop_rule_judges_the_control_arm_against_the_treatment_arm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sequential stop rule hands the verdict each arm's own records (mutation benchmark survivor in
+    plan: the treatment's records taken as the control's)."""
+    s = spec.ExperimentSpec.model_validate(
+        {
+            "model": "m",
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
+            "workload": {"stages": [{"name": "c8", "concurrency": 8}], "requestsPerStage": 40},
+            "analysis": {"sequential": True},
+        }
+    )
+    seen: list[tuple[list[str], list[str], int, int | None]] = []
+
+    def decided(
+        _: object, control: list[records.RequestRecord], treatment: list[records.RequestRecord], **kw: Any
+    ) -> bool:
+        seen.append(
+            ([r.arm for r in control], [r.arm for r in treatment], kw["max_pairs"], kw["concurrency"])
+        )
+        return True
+
+    monkeypatch.setattr(verdict, "stage_decided", decided)
+    rule = plan.stop_rule(s)
+    assert rule is not None
+    recs = [
+        records.RequestRecord(stage="c8", index=i, arm=arm, ok=True, sent=0.0, end=1.0, completion_tokens=1)
+        for i in range(3)
+        for arm in ("treatment", "control")
+    ]
+    assert rule("c8", recs) is True
+    assert seen == [(["control"] * 3, ["treatment"] * 3, 40, 8)]
+
+
+def test_progress_prints_a_count_every_tenth_of_a_stage() -> None:
+    """20 requests (40 with both arms): a count line every 4 finished, ten in all, failures counted
+    (mutation benchmark survivor in command: the every-10% test)."""
+    out = io.StringIO()
+    printer = command.ProgressPrinter(out)
+    printer(runner.StageStarted(stage="c8", position=0, total=1, requests=20, load="c8", warmup=False))
+    for i in range(40):
+        printer(runner.RequestDone(stage="c8", index=i // 2, arm="control", ok=i != 7, error_class=None))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[1/1] c8: 20 requests, c8"
+    assert lines[1:] == [f"  c8: {n}/40 done, {0 if n < 8 else 1} failed" for n in range(4, 41, 4)]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(200, None), (399, None), (400, "http_4xx"), (499, "http_4xx"), (500, "http_5xx")],
+)
+def test_a_reply_s_status_is_an_error_class_from_400_on(status: int, expected: str | None) -> None:
+    """The 4xx class starts at 400, not below (mutation benchmark survivor in runner: `>= 399`)."""
+    ex = http.Exchange(response=http.Response(status=status))
+    assert runner.error_class(ex, None) == expected

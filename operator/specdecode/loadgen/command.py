@@ -20,7 +20,7 @@ from specdecode.loadgen import http, runner, workload
 from specdecode.loadgen import plan as plan_mod
 
 
-class _Printer:
+class ProgressPrinter:
     """One line per stage start and end, and a count every 10% of a stage."""
 
     def __init__(self, out: TextIO) -> None:
@@ -121,7 +121,7 @@ def main(
             print(f"specdecode loadgen: {line}", file=err)
         return exit_status.INVALID
     exit_status.prepare_results_directory(out)  # before the first request (ResultsUnwritable: exit 3)
-    progress: runner.Progress | None = None if quiet else _Printer(err)
+    progress: runner.Progress | None = None if quiet else ProgressPrinter(err)
     if after_stage is not None:
         progress = _AfterStage(progress, after_stage)
     with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:

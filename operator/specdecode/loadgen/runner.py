@@ -39,7 +39,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -187,6 +187,31 @@ def error_class(ex: http.Exchange, stream_error: BaseException | None) -> str | 
     if isinstance(stream_error, sse.MalformedStreamError):
         return "malformed_sse"
     return "other"
+
+
+def looks_reached(looks: Sequence[int], next_look: int, pairs: int) -> int:
+    """The index of the first planned look beyond `pairs` completed pairs, counting on from `next_look`
+    (the looks before it were asked about already): the stop rule is due when this moved."""
+    while next_look < len(looks) and looks[next_look] <= pairs:
+        next_look += 1
+    return next_look
+
+
+def pair_order(arms: Sequence[str], index: int) -> Sequence[str]:
+    """The order in which request `index` of an open-loop stage is written to the arms: alternating, so
+    neither arm's request always leaves first (the second waits for the first's write)."""
+    return arms if index % 2 == 0 else arms[::-1]
+
+
+async def tick_lags(lags: list[float]) -> None:
+    """Until cancelled: wake every TICK_S and append how late each wake-up was (ms), the event loop's lag
+    (the run's validity reads it)."""
+    expected = time.monotonic() + TICK_S
+    while True:
+        await asyncio.sleep(max(0.0, expected - time.monotonic()))
+        now = time.monotonic()
+        lags.append((now - expected) * 1e3)
+        expected = max(expected + TICK_S, now)
 
 
 class _Run:
@@ -449,10 +474,9 @@ class _Run:
         looks = st.plan.looks
         if not looks:
             return st.pairs % self.plan.look_every == 0
-        due = False
-        while st.next_look < len(looks) and looks[st.next_look] <= st.pairs:
-            st.next_look += 1
-            due = True
+        reached = looks_reached(looks, st.next_look, st.pairs)
+        due = reached > st.next_look
+        st.next_look = reached
         return due
 
     def _flush_pending(self, st: _StageState) -> None:
@@ -491,8 +515,7 @@ class _Run:
             await clock.sleep_until(target)
             if st.stop.is_set():
                 break
-            order = self.arms if i % 2 == 0 else self.arms[::-1]
-            for arm in order:
+            for arm in pair_order(self.arms, i):
                 # written here and now when a pooled connection is idle; the task reads the response
                 ex = http.Exchange()
                 started = http.send_now(self.pools[arm], payloads[i][arm][1], ex)
@@ -637,18 +660,10 @@ class _Run:
             stopped_early=st.stopped_early,
         )
 
-    async def _ticker(self) -> None:
-        expected = time.monotonic() + TICK_S
-        while True:
-            await asyncio.sleep(max(0.0, expected - time.monotonic()))
-            now = time.monotonic()
-            self.loop_lags.append((now - expected) * 1e3)
-            expected = max(expected + TICK_S, now)
-
     async def run(self) -> RunResult:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.file = (self.out_dir / REQUESTS_FILE).open("w", encoding="utf-8")
-        ticker = asyncio.get_running_loop().create_task(self._ticker())
+        ticker = asyncio.get_running_loop().create_task(tick_lags(self.loop_lags))
         parser = asyncio.get_running_loop().create_task(self._parser())
         cpu0, wall0 = time.process_time(), time.monotonic()
         interrupted = False
