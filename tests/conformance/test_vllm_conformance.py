@@ -361,3 +361,62 @@ def test_the_install_script_installs_these_releases() -> None:
     installed = re.search(r'^VLLM_VERSIONS="\$\{VLLM_VERSIONS:-([^}]*)\}"', script, re.MULTILINE)
     assert installed is not None, "VLLM_VERSIONS not found in hack/install-vllm.sh"
     assert tuple(installed.group(1).split()) == RELEASES
+
+
+def _families_read() -> dict[str, str]:
+    """Every `vllm:` series the load generator, the operator and the KV-cache reader ask for, by where."""
+    from specdecode.experiment import kvcache, promql
+    from specdecode.loadgen import scrape
+
+    read: dict[str, str] = {}
+    for module in (promql, scrape, kvcache):
+        for attr, value in vars(module).items():
+            if attr.isupper() and isinstance(value, str) and value.startswith("vllm:"):
+                read[value] = f"{module.__name__}.{attr}"
+    return read
+
+
+def _family(series: str, families: dict[str, str]) -> str | None:
+    """The family a series name belongs to: itself (a gauge, a histogram, even one named `..._total`
+    like vllm:iteration_tokens_total) or, for `x_total`, the counter `x`."""
+    if families.get(series) in ("gauge", "histogram"):
+        return series
+    base = series.removesuffix("_total")
+    return base if base != series and families.get(base) == "counter" else None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_vllm_metric_specdecode_reads_is_one_vllm_registers(release: str) -> None:
+    """A renamed metric would read as no data (an Inconclusive or a missing acceptance rate), not an error:
+    each series we ask for must be one the release registers, a counter under its `_total` name."""
+    families = answer(release)["metrics"]
+    assert len(families) > 30, families  # the source scan found the stat loggers
+    wrong = []
+    for name, where in sorted(_families_read().items()):
+        family = _family(name, families)
+        if family is None:
+            wrong.append(f"{name} ({where}): vLLM {release} registers no such series")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_simulator_exposes_only_metrics_vllm_registers_with_their_kinds(release: str) -> None:
+    """The simulator stands in for vLLM in every test and the demo: each family it serves is one the
+    release serves, of the same kind, and the KV-cache info gauge's labels are CacheConfig fields."""
+    from specdecode.simulator.metrics import EngineMetrics
+
+    metrics = (
+        EngineMetrics(model_name="m", num_spec_tokens=3, kv_cache_tokens=16384, prefix_caching=True)
+        .render()
+        .decode()
+    )
+    served = dict(re.findall(r"^# TYPE (vllm:\w+) (\w+)$", metrics, re.MULTILINE))
+    assert len(served) > 20, served
+    families = answer(release)["metrics"]
+    wrong = {name: (kind, families.get(name)) for name, kind in served.items() if families.get(name) != kind}
+    assert not wrong, f"served as (simulator kind, vLLM {release} kind): {wrong}"
+    info = re.search(r"^vllm:cache_config_info\{(.*)\}", metrics, re.MULTILINE)
+    assert info is not None
+    labels = set(re.findall(r'(\w+)="', info.group(1))) - {"model_name", "engine"}
+    fields = set(answer(release)["cache_config_fields"])
+    assert {"num_gpu_blocks", "block_size"} <= labels <= fields, labels - fields

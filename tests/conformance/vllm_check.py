@@ -34,9 +34,11 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import traceback
 import typing
+from pathlib import Path
 from typing import Any
 
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
@@ -166,6 +168,33 @@ def speculative_facts() -> dict[str, Any]:
     }
 
 
+def metric_families() -> dict[str, str]:
+    """The `vllm:` metric families the release registers, name -> kind (counter, gauge, histogram), read
+    from its source: the stat loggers create them only inside a running engine, which needs a GPU. A
+    counter `vllm:x` is exposed as `vllm:x_total`; the info gauges are registered by a variable name."""
+    import vllm
+
+    families: dict[str, str] = {}
+    for path in Path(vllm.__file__).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for kind, name in re.findall(r'_(counter|gauge|histogram)_cls\(\s*name\s*=\s*"(vllm:\w+)"', text):
+            families[name] = kind
+        for name in re.findall(r'^\s*name\s*=\s*"(vllm:\w+_info)"', text, re.MULTILINE):
+            families.setdefault(name, "gauge")
+        # 0.33's spec-decode counters: `counter_specs = [(name, doc), ...]`, then `_counter_cls(name=name)`
+        for block in re.findall(r"counter_specs\s*=\s*\[(.*?)\n\s*\]", text, re.DOTALL):
+            for name in re.findall(r'\(\s*"(vllm:\w+)"\s*,', block):
+                families[name] = "counter"
+    return families
+
+
+def cache_config_fields() -> list[str]:
+    """The labels of `vllm:cache_config_info` (CacheConfig.metrics_info: its attributes)."""
+    from vllm.config import CacheConfig
+
+    return sorted(CacheConfig.__pydantic_fields__) if hasattr(CacheConfig, "__pydantic_fields__") else []
+
+
 def main() -> None:
     cases = json.load(sys.stdin)
     # Whatever vLLM logs goes to stderr; stdout carries only the JSON answer.
@@ -181,6 +210,8 @@ def main() -> None:
         "python": sys.version.split()[0],
         "options": sorted(serve._option_string_actions),
         "speculative": speculative_facts(),
+        "metrics": metric_families(),
+        "cache_config_fields": cache_config_fields(),
         "results": results,
     }
     sys.stdout = real_stdout
