@@ -38,6 +38,10 @@ class FakeKube:
         self._uids = itertools.count(1)
         self.replaced: list[str] = []
         """Names of the objects replaced (PUT of an existing object, `Kube.replace`), in order."""
+        self.status_patches: list[dict[str, Any]] = []
+        """The status merge patches written during a tick (`Kube.patch_status`), in order."""
+        self.on_status_patch: Callable[[Mapping[str, Any]], None] = lambda fields: None
+        """Applies such a patch where the object lives (`Operator` keeps the experiment's body)."""
 
     # -- the Kube interface ------------------------------------------------------------------
 
@@ -94,6 +98,13 @@ class FakeKube:
     async def pod_log(self, namespace: str, name: str) -> str | None:
         self.reads.append(("LOG", kube.POD, name))
         return self.logs.get(name)
+
+    async def patch_status(
+        self, kind: kube.KindRef, namespace: str, name: str, fields: Mapping[str, Any]
+    ) -> None:
+        self._check("PATCH", kind, None)
+        self.status_patches.append(copy.deepcopy(dict(fields)))
+        self.on_status_patch(fields)
 
     async def delete(self, kind: kube.KindRef, namespace: str, name: str) -> None:
         self._check("DELETE", kind, None)
@@ -158,6 +169,7 @@ class Operator:
         self.body["metadata"].setdefault("generation", 1)
         self.body.setdefault("status", {})
         self.memo = kopf.Memo(settings=settings or OperatorSettings(), kube=client, metrics=OperatorMetrics())
+        client.on_status_patch = self._apply
 
     def edit(self, spec: Mapping[str, Any]) -> None:
         """`kubectl edit`: a new spec and the next generation."""
@@ -169,12 +181,16 @@ class Operator:
         `operator_events` fixture)."""
         patch = kopf.Patch()
         await handlers._reconcile(kopf.Body(self.body), patch, self.memo, _Logger(), now=now)  # type: ignore[arg-type]
-        for key, value in (patch.get("status") or {}).items():
+        self._apply(patch.get("status") or {})
+        return dict(self.body["status"])
+
+    def _apply(self, fields: Mapping[str, Any]) -> None:
+        """A status merge patch, as the API server applies it."""
+        for key, value in fields.items():
             if value is None:
                 self.body["status"].pop(key, None)
             else:
-                self.body["status"][key] = value
-        return dict(self.body["status"])
+                self.body["status"][key] = copy.deepcopy(value)
 
 
 class _Logger:

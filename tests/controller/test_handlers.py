@@ -602,6 +602,26 @@ def test_a_new_experiment_s_first_tick_accepts_it_and_creates_its_arms(
     assert [reason for reason, _ in operator_events] == ["Accepted", "Deploying"]
 
 
+def test_each_phase_a_tick_goes_straight_on_from_is_written_before_the_next(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """A watcher sees every phase: the tick that finds the load Job done writes Analyzing before it
+    judges (a big run's results take seconds), and a new experiment's Pending before its arms."""
+    client = FakeKube()
+    operator = analyzing(client)
+    assert client.status_patches[0]["phase"] == "Pending"  # the first tick, before creating the arms
+    for arm in ("control", "treatment"):
+        client.add(ready_pod(arm, "stages"))
+    operator.body["status"].update(phase="Running")
+    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):
+        client.add(cm)
+    client.status_patches.clear()
+    status = run(operator)
+    assert [p.get("phase") for p in client.status_patches] == ["Analyzing"], (status, client.status_patches)
+    assert (status["phase"], status["reason"]) == ("Failed", "ResultsUntrusted"), status
+
+
 def test_a_spec_edit_keeps_its_pending_tick_to_delete_the_old_children(
     operator_events: list[tuple[str, str]],
 ) -> None:

@@ -129,18 +129,22 @@ async def _reconcile(
     if annotations.get(reconcile.ABORT_ANNOTATION) == str(generation):
         subject = replace(subject, aborted=True)
     now = now or datetime.now(UTC)
-    current, events = before, []
+    current, events, written = before, [], before
     listed: Children | None = None
     for _ in range(PASSES):
         decision, listed = await _pass(body, document, subject, current, memo, now, logger, listed)
         events.extend(decision.events)
         if not _goes_straight_on(current, decision.status, generation):
             break
+        # The phase it goes on from is written first: `kubectl get -w` and `kubectl specdecode watch`
+        # show Analyzing while the results are judged (seconds for a big run), not Running.
+        fields = _status_fields(body, written, decision.status)
+        if fields:
+            await memo.kube.patch_status(kube.EXPERIMENT, namespace, name, fields)
+            written = decision.status
         current = decision.status
-    _patch_status(patch, before, decision.status)
-    if "phase" not in (body.get("status") or {}):
-        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
-        patch.status["phase"] = decision.status.phase.value
+    for key, value in _status_fields(body, written, decision.status).items():
+        patch.status[key] = value
     for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
@@ -612,9 +616,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _patch_status(patch: kopf.Patch, old: status.ExperimentStatus, new: status.ExperimentStatus) -> None:
-    """Write only the fields that changed; a removed field is patched to null (merge-patch delete)."""
+def _status_fields(
+    body: kopf.Body, old: status.ExperimentStatus, new: status.ExperimentStatus
+) -> dict[str, Any]:
+    """The status merge patch from `old` to `new`: only the fields that changed (a removed one: None)."""
     before, after = old.wire(), new.wire()
-    for key in before.keys() | after.keys():
-        if before.get(key) != after.get(key):
-            patch.status[key] = after.get(key)
+    fields = {
+        key: after.get(key) for key in before.keys() | after.keys() if before.get(key) != after.get(key)
+    }
+    if "phase" not in (body.get("status") or {}):
+        # Pending is the default, so no field "changed": write it, or `kubectl get` shows no phase.
+        fields["phase"] = new.phase.value
+    return fields

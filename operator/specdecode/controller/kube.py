@@ -21,6 +21,8 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from specdecode.experiment import spec
+
 # (apiVersion, kind) -> collection path in a namespace.
 _COLLECTIONS: dict[tuple[str, str], str] = {
     ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{namespace}/deployments",
@@ -43,6 +45,9 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ),
     ("policy/v1", "PodDisruptionBudget"): "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
     ("coordination.k8s.io/v1", "Lease"): "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+    (f"{spec.API_GROUP}/{spec.API_VERSION}", spec.KIND): (
+        f"/apis/{spec.API_GROUP}/{spec.API_VERSION}/namespaces/{{namespace}}/{spec.PLURAL}"
+    ),
 }
 
 KindRef = tuple[str, str]
@@ -59,6 +64,7 @@ SERVICE: KindRef = ("v1", "Service")
 NODE: KindRef = ("v1", "Node")
 LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
 DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
+EXPERIMENT: KindRef = (f"{spec.API_GROUP}/{spec.API_VERSION}", spec.KIND)
 
 
 # Threads (and pooled connections) for API calls in flight at once.
@@ -201,6 +207,15 @@ class Kube:
             if exc.status != 404:
                 raise
 
+    async def patch_status(self, kind: KindRef, namespace: str, name: str, fields: Mapping[str, Any]) -> None:
+        """Merge-patch these fields of an object's status subresource (a None removes the field)."""
+        await self._call(
+            "PATCH",
+            f"{_path(kind, namespace)}/{name}/status",
+            body={"status": dict(fields)},
+            content_type="application/merge-patch+json",
+        )
+
     async def _call(
         self,
         method: str,
@@ -209,13 +224,14 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         accept: str = "application/json",
+        content_type: str = "application/json",
     ) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             method_, url, headers, payload, post = self._api.param_serialize(
                 method,
                 path,
                 query_params=query or [],
-                header_params={"Accept": accept, "Content-Type": "application/json"},
+                header_params={"Accept": accept, "Content-Type": content_type},
                 body=body,
                 auth_settings=["BearerToken"],
             )
