@@ -173,3 +173,19 @@ def test_a_config_map_of_conversations_is_read_from_the_mounted_dataset_file(tmp
         plan.plan_from_spec(s, tmp_path, salt="z")
     p = plan.plan_from_spec(s, tmp_path, salt="z", dataset_file=mounted)
     assert {r.prompt_id for r in p.stages[0].requests} == {"trip#1", "trip#2", "trip#3"}
+
+
+def test_a_stage_takes_the_fewest_whole_conversations_that_hold_its_turns() -> None:
+    """Conversations of 2, 3 and 4 user turns: 5 turns need the first two, 6 the first three, 2 the
+    first one (mutation benchmark survivor in sessions: the count started at 0)."""
+
+    def conversation(turns: int) -> sessions.Conversation:
+        messages = tuple(
+            m
+            for i in range(turns)
+            for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"})
+        )
+        return sessions.Conversation(id=f"c{turns}", messages=messages)
+
+    convs = [conversation(2), conversation(3), conversation(4)]
+    assert [sessions.covering(convs, n) for n in (1, 2, 3, 5, 6, 9, 50)] == [1, 1, 2, 2, 3, 3, 3]

@@ -242,3 +242,13 @@ def test_the_operator_refuses_a_trace_or_conversations_by_path_and_runs_them_fro
     assert refused.problems == [f"spec.workload.dataset.path: {why}"]
     assert subject({"type": kind, "configMap": {"name": "traces", "key": "t.jsonl"}}).spec is not None
     assert subject({"type": kind, "builtin": builtin}).spec is not None
+
+
+def test_send_times_count_from_the_trace_s_first_record() -> None:
+    """The first request leaves at once, whatever the trace's first timestamp (mutation benchmark
+    survivor in trace: the gaps counted from the second record)."""
+    t = trace.read_trace(
+        _trace(*({"timestamp": ts, "promptTokens": 8, "outputTokens": 4} for ts in (100.0, 101.0, 103.0))),
+        source="t",
+    )
+    assert t.offsets(3, rate=t.rate) == pytest.approx([0.0, 1.0, 3.0])

@@ -638,3 +638,63 @@ def test_a_reply_s_status_is_an_error_class_from_400_on(status: int, expected: s
     """The 4xx class starts at 400, not below (mutation benchmark survivor in runner: `>= 399`)."""
     ex = http.Exchange(response=http.Response(status=status))
     assert runner.error_class(ex, None) == expected
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.25, 0.4, 0.5, 0.7, 0.9, 0.99, 1.0])
+def test_quantile_is_numpy_s_linear_interpolation(q: float) -> None:
+    """The validity block's p50/p90/p99 are numpy's default quantiles, between any two neighbours
+    (mutation benchmark survivor in summary: the upper neighbour taken as `lo ^ 1`)."""
+    import numpy as np
+
+    values = [3.0, 10.0, 1.0, 20.0, 30.0, 40.0, 7.0]
+    assert summary.quantile(values, q) == pytest.approx(float(np.quantile(values, q)))
+
+
+def test_a_request_s_tpot_is_its_decode_time_over_the_tokens_after_the_first() -> None:
+    """4 tokens, the first at 100 ms, the last at 400 ms: 3 gaps, 100 ms each (mutation benchmark
+    survivor in summary: the divisor as `n ^ 1`)."""
+    rec = records.RequestRecord(
+        stage="s",
+        index=0,
+        arm="control",
+        ok=True,
+        sent=0.0,
+        first_token=0.1,
+        end=0.4,
+        completion_tokens=4,
+        events=[(0.1, 1), (0.2, 1), (0.3, 1), (0.4, 1)],
+    )
+    assert summary.derive(rec).tpot_ms == pytest.approx(100.0)
+
+
+def test_a_request_s_sampling_seed_is_stable_across_releases() -> None:
+    """The same experiment seed gives every request the same sampling seed in every release, so a
+    re-run compares like with like (mutation benchmark survivor in workload: `%` for `&`)."""
+    assert [workload.request_seed(7, "c1", i) for i in range(3)] == [1696574374, 1989830641, 1265162159]
+    assert all(0 <= workload.request_seed(7, "c1", i) < 2**31 for i in range(200))
+
+
+def test_the_summary_names_each_stage_s_load() -> None:
+    """A concurrency stage's summary carries its concurrency, a rate stage its rate (mutation benchmark
+    survivor in summary: the concurrency dropped)."""
+    s = spec.ExperimentSpec.model_validate(
+        {
+            "model": "m",
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 3},
+            "workload": {
+                "stages": [{"name": "c8", "concurrency": 8}, {"name": "r2", "rate": 2.0}],
+                "requestsPerStage": 4,
+                "warmupRequests": 0,
+                "sampling": {"maxTokens": 16},
+            },
+        }
+    )
+    p = plan.plan_from_spec(s, Path())
+    assert p.description["sampling"]["maxTokens"] == 16  # as the experiment file spells it
+    windows = [records.StageWindow(stage=n, start=0.0, end=1.0) for n in ("c8", "r2")]
+    anchor = records.RunAnchor(monotonic=0.0, wall=0.0)
+    doc = summary.build(
+        p, [], windows, anchor, loop_lags_ms=[], cpu_percent=1.0, interrupted=False, connections={}
+    )
+    loads = {st["stage"]: (st["concurrency"], st["rate"]) for st in doc["stages"]}
+    assert loads == {"c8": (8, None), "r2": (None, 2.0)}

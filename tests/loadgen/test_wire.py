@@ -95,3 +95,61 @@ def test_prewarm_opens_the_missing_idle_connections_and_no_more() -> None:
 
     first, second, accepted, idle = asyncio.run(main())
     assert (first, second, accepted, idle) == (3, 3, 3, 3)
+
+
+def test_a_request_that_times_out_closes_its_connection() -> None:
+    """A server that never answers: the exchange ends in TimeoutError and the connection is closed
+    (the server sees its end), not left open and pooled (mutation benchmark survivors in http: the
+    close skipped on an error, `close` leaving the socket open)."""
+
+    async def main() -> tuple[BaseException | None, bytes, int]:
+        ends: asyncio.Queue[bytes] = asyncio.Queue()
+        writers: list[asyncio.StreamWriter] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            await reader.readuntil(b"\r\n\r\n")
+            await ends.put(await reader.read())  # b"" once the client closed
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = http.Pool(http.Origin.parse(f"http://127.0.0.1:{port}"))
+        try:
+            payload = http.request_bytes(pool.origin, "GET", "/health", {})
+            ex = await http.exchange(pool, payload, limit_s=0.2)
+            end = await asyncio.wait_for(ends.get(), 5.0)
+            return ex.error, end, len(pool._idle)
+        finally:
+            pool.close()
+            for writer in writers:
+                writer.close()
+            server.close()
+            await server.wait_closed()
+
+    error, end, idle = asyncio.run(main())
+    assert isinstance(error, TimeoutError)
+    assert end == b"" and idle == 0
+
+
+def test_a_write_larger_than_the_socket_buffer_is_sent_whole() -> None:
+    """8 MiB written at once leave in pieces as the peer reads: all of them, in order (mutation
+    benchmark survivor in stamping: the writer stopped while bytes were still queued)."""
+    payload = bytes(range(256)) * (32 * 1024)
+
+    async def main() -> bytes:
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            client = socket.create_connection(server.getsockname())
+            peer, _ = server.accept()
+        client.setblocking(False)
+        loop = asyncio.get_running_loop()
+        transport = stamping.SocketTransport(client, _Received(), loop)
+        try:
+            transport.write(payload)
+            reader, writer = await asyncio.open_connection(sock=peer)
+            got = await asyncio.wait_for(reader.readexactly(len(payload)), 10.0)
+            writer.close()
+            return got
+        finally:
+            transport.close()
+
+    assert asyncio.run(main()) == payload
