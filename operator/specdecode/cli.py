@@ -327,7 +327,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import os
 
     from specdecode.controller import kube, results
-    from specdecode.experiment import documents, manifests, spec
+    from specdecode.experiment import documents, keys, manifests
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -335,8 +335,8 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     if args.owner_uid:
         owners.append(
             {
-                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-                "kind": spec.KIND,
+                "apiVersion": keys.GROUP_VERSION,
+                "kind": keys.KIND,
                 "name": name,
                 "uid": args.owner_uid,
                 "controller": False,

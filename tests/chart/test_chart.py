@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, validation
+from specdecode.experiment import keys, manifests, validation
 from tests.chart.conftest import CHART, ROOT, Render, run_helm
 from tests.factories import experiment_document
 
@@ -303,8 +303,8 @@ def container_pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:
 def test_operator_pod_is_not_mistaken_for_an_experiment_child(render: Render) -> None:
     # Children carry managed-by=specdecode-operator (design.md §2); the operator's pod must not.
     labels = container_pod_labels(render())
-    assert labels.get(manifests.LABEL_MANAGED_BY) != manifests.MANAGED_BY
-    assert manifests.LABEL_EXPERIMENT not in labels
+    assert labels.get(keys.LABEL_MANAGED_BY) != manifests.MANAGED_BY
+    assert keys.LABEL_EXPERIMENT not in labels
 
 
 def test_notes_explain_how_to_wait_for_a_verdict(helm: Path, tmp_path: Path) -> None:
@@ -501,10 +501,8 @@ def test_the_arms_pod_monitor_selects_the_arms_and_writes_the_label_names_the_op
         assert arms["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
         assert endpoint["port"] in {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
     written = {r["sourceLabels"][0]: r["targetLabel"] for r in endpoint["relabelings"]}
-    assert written[pod_label_meta(manifests.LABEL_ARM)] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
-    assert (
-        written[pod_label_meta(manifests.LABEL_EXPERIMENT)] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
-    )
+    assert written[pod_label_meta(keys.LABEL_ARM)] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
+    assert written[pod_label_meta(keys.LABEL_EXPERIMENT)] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
     assert written["__meta_kubernetes_namespace"] == env(docs)["SPECDECODE_PROM_NAMESPACE_LABEL"]
     assert written["__meta_kubernetes_pod_name"] == env(docs)["SPECDECODE_PROM_POD_LABEL"]
     # the operator's own /metrics: its pod, its metrics port, the gauges' own namespace label kept

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from specdecode.controller import kube, results
-from specdecode.experiment import manifests, validation
+from specdecode.experiment import keys, validation
 from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document
 from tests.report import synthetic
@@ -58,7 +58,7 @@ def test_results_round_trip_through_config_maps() -> None:
     )
     assert maps[0]["metadata"]["ownerReferences"] == [JOB_OWNER]
     assert maps[0]["metadata"]["labels"]["specdecode.io/results"] == "exp"
-    assert maps[0]["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "3"
+    assert maps[0]["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "3"
     assert download(stored(results.pack(FILES))) == FILES
 
 
@@ -124,9 +124,7 @@ def test_results_of_another_generation_or_none_are_untrusted() -> None:
     with pytest.raises(results.ResultsUntrusted, match="generation 2, not 3"):
         download(stored(results.pack(FILES), generation=2))
     client = stored(results.pack(FILES))
-    del client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][
-        manifests.GENERATION_ANNOTATION
-    ]
+    del client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][keys.GENERATION_ANNOTATION]
     with pytest.raises(results.ResultsUntrusted, match="generation None, not 3"):
         download(client)
 
@@ -176,7 +174,7 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory() -> None:
 
 def test_more_parts_than_the_operator_reads_are_refused_before_reading_them() -> None:
     client = stored(results.pack(FILES))
-    client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][results.PART_ANNOTATION] = (
+    client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][keys.PART_ANNOTATION] = (
         "0/100000"
     )
     with pytest.raises(results.ResultsTooLarge, match="announces 100000 parts"):
@@ -222,6 +220,6 @@ def test_a_part_labelled_with_another_index_or_count_is_refused(label: str) -> N
     (mutation benchmark survivor: `!=` -> `<` let every label after `1/2` through)."""
     client = stored(results.pack({"requests.jsonl": os.urandom(1_000_000).hex()}))
     part = client.named(kube.CONFIG_MAP, "exp-results-1")
-    part["metadata"]["annotations"][results.PART_ANNOTATION] = label
+    part["metadata"]["annotations"][keys.PART_ANNOTATION] = label
     with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
         download(client)

@@ -36,6 +36,7 @@ from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     confirm,
     crossover,
+    keys,
     kvcache,
     manifests,
     promql,
@@ -286,14 +287,14 @@ async def store_report(
     html = await in_analysis_lane(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
-        manifests.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
+        keys.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
     }
     if metadata.get("uid"):
         # Deleting the experiment deletes its report too (as kopf.adopt does for the other children).
         report["metadata"]["ownerReferences"] = [
             {
-                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-                "kind": spec.KIND,
+                "apiVersion": keys.GROUP_VERSION,
+                "kind": keys.KIND,
                 "name": name,
                 "uid": str(metadata["uid"]),
                 "controller": True,
@@ -372,7 +373,7 @@ async def measured(
         return reconcile.CollectFailure(
             "PrometheusNoData",
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
-            f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
+            f"{keys.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
         )
     return recs, anchor, windows, summary
 

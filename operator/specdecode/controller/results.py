@@ -42,14 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from specdecode.controller.kube import CONFIG_MAP, Kube
-from specdecode.experiment import manifests, spec
+from specdecode.experiment import keys, manifests, spec
 
 FILES = ("requests.jsonl", "windows.json", "loadgen-summary.json")
 # ConfigMaps are limited to 1 MiB in total; base64 grows data by 4/3, so 700 KiB of gzip per part.
 PART_BYTES = 700 * 1024
-LABEL_RESULTS = "specdecode.io/results"
-PART_ANNOTATION = "specdecode.io/part"
-DIGEST_ANNOTATION = "specdecode.io/bundle-digest"
 DATA_KEY = "bundle.json.gz"
 
 
@@ -196,12 +193,12 @@ def build_config_maps(
             "name": f"{prefix}-{i}",
             "labels": {
                 **manifests.labels(experiment, component="results"),
-                LABEL_RESULTS: experiment,
+                keys.LABEL_RESULTS: experiment,
             },
-            "annotations": {PART_ANNOTATION: f"{i}/{len(parts)}", DIGEST_ANNOTATION: bundle},
+            "annotations": {keys.PART_ANNOTATION: f"{i}/{len(parts)}", keys.DIGEST_ANNOTATION: bundle},
         }
         if generation is not None:
-            metadata["annotations"][manifests.GENERATION_ANNOTATION] = str(generation)
+            metadata["annotations"][keys.GENERATION_ANNOTATION] = str(generation)
         if owners:
             metadata["ownerReferences"] = [dict(owner) for owner in owners]
         maps.append(
@@ -264,7 +261,7 @@ async def download(
             f"{prefix}-0 announces {total} parts, more than the {limits.max_parts} "
             f"the operator reads ({_mib(limits.max_bytes)}, SPECDECODE_RESULTS_MAX_BYTES)"
         )
-    bundle = _annotation(first, DIGEST_ANNOTATION)
+    bundle = _annotation(first, keys.DIGEST_ANNOTATION)
     hashed = hashlib.sha256()
     inflater = _Inflater(limits.max_bytes)
     for i in range(total):
@@ -304,12 +301,15 @@ def _trusted_part(
     )
     if not owned:
         raise ResultsUntrusted(f"ConfigMap {name} is not owned by the load Job {job_name} (uid {job_uid})")
-    written_for = _annotation(cm, manifests.GENERATION_ANNOTATION)
+    written_for = _annotation(cm, keys.GENERATION_ANNOTATION)
     if written_for != str(generation):
         raise ResultsUntrusted(
             f"ConfigMap {name} holds results of generation {written_for}, not {generation}"
         )
-    if _annotation(cm, PART_ANNOTATION) != f"{index}/{total}" or _annotation(cm, DIGEST_ANNOTATION) != bundle:
+    if (
+        _annotation(cm, keys.PART_ANNOTATION) != f"{index}/{total}"
+        or _annotation(cm, keys.DIGEST_ANNOTATION) != bundle
+    ):
         raise ResultsCorrupt(f"ConfigMap {name} is not part {index}/{total} of the same upload as part 0")
     data = (cm.get("binaryData") or {}).get(DATA_KEY)
     if not isinstance(data, str):
@@ -323,10 +323,10 @@ def _trusted_part(
 
 
 def _total(cm: Mapping[str, Any], prefix: str) -> int:
-    place = _annotation(cm, PART_ANNOTATION) or ""
+    place = _annotation(cm, keys.PART_ANNOTATION) or ""
     index, _, total = place.partition("/")
     if index != "0" or not total.isdigit() or int(total) < 1:
-        raise ResultsCorrupt(f"{prefix}-0: annotation {PART_ANNOTATION}={place!r} is not 0/<parts>")
+        raise ResultsCorrupt(f"{prefix}-0: annotation {keys.PART_ANNOTATION}={place!r} is not 0/<parts>")
     return int(total)
 
 
