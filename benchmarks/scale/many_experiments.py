@@ -73,7 +73,8 @@ from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, find_bin_dir, wait
 from operator_process import OperatorProcess  # noqa: E402
 from prometheus_server import Prometheus  # noqa: E402
 
-from specdecode.controller import kube, results  # noqa: E402
+from specdecode import results  # noqa: E402
+from specdecode.controller import kube  # noqa: E402
 from specdecode.experiment import keys, manifests, validation  # noqa: E402
 
 NAMESPACE = "scale"

@@ -326,7 +326,8 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import asyncio
     import os
 
-    from specdecode.controller import kube, results
+    from specdecode import results
+    from specdecode.controller import kube
     from specdecode.experiment import documents, keys, manifests
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
@@ -345,7 +346,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
         )
     job_uid = os.environ.get(manifests.JOB_UID_ENV)
     if job_uid:
-        # The operator trusts only parts its load Job owns (controller/results.py).
+        # The operator trusts only parts its load Job owns (specdecode/results.py).
         owners.append(
             {
                 "apiVersion": "batch/v1",

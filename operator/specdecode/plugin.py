@@ -328,7 +328,7 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
     """A line per stage the load stored since the last look (the load Job stores its results
     after every stage: ConfigMaps `<name>-results-<i>`). Results caught mid-upload are skipped
     until the next look."""
-    from specdecode.controller import collect, results
+    from specdecode import results
 
     name, generation = obj["metadata"]["name"], str(obj["metadata"].get("generation") or 1)
     prefix = f"{name}-results-"
@@ -343,7 +343,7 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
                 parts[int(index)] = base64.b64decode(data)
         if not parts or sorted(parts) != list(range(len(parts))):
             return []
-        recs, _, windows, _ = collect.parse_results(results.unpack(parts[i] for i in sorted(parts)))
+        recs, _, windows, _ = results.parse(results.unpack(parts[i] for i in sorted(parts)))
     except (KubectlError, results.ResultsError, ValueError, binascii.Error):
         return []
     stages = [str(s.get("name")) for s in ((obj.get("spec") or {}).get("workload") or {}).get("stages") or []]

@@ -450,23 +450,23 @@ def pod_label_meta(label: str) -> str:
 def test_the_label_names_the_operator_queries_by_are_chart_values(render: Render) -> None:
     settings = env(render())
     defaults = OperatorSettings()
-    assert settings["SPECDECODE_PROM_EXPERIMENT_LABEL"] == defaults.prom_experiment_label
-    assert settings["SPECDECODE_PROM_ARM_LABEL"] == defaults.prom_arm_label
-    assert settings["SPECDECODE_PROM_NAMESPACE_LABEL"] == defaults.prom_namespace_label
-    assert settings["SPECDECODE_PROM_POD_LABEL"] == defaults.prom_pod_label
+    assert settings["SPECDECODE_PROM_EXPERIMENT_LABEL"] == defaults.label_names.experiment
+    assert settings["SPECDECODE_PROM_ARM_LABEL"] == defaults.label_names.arm
+    assert settings["SPECDECODE_PROM_NAMESPACE_LABEL"] == defaults.label_names.namespace
+    assert settings["SPECDECODE_PROM_POD_LABEL"] == defaults.label_names.pod
     changed = env(
         render("--set", "monitoring.labelNames.experiment=exp", "--set", "monitoring.labelNames.pod=p")
     )
     read = OperatorSettings.from_env(changed)  # as the operator reads its environment
-    assert (read.prom_experiment_label, read.prom_pod_label) == ("exp", "p")
+    assert (read.label_names.experiment, read.label_names.pod) == ("exp", "p")
 
 
 def test_the_dcgm_exporter_label_names_are_chart_values(render: Render) -> None:
     defaults = OperatorSettings()
     settings = OperatorSettings.from_env(env(render()))
-    assert (settings.dcgm_pod_label, settings.dcgm_namespace_label) == (
-        defaults.dcgm_pod_label,
-        defaults.dcgm_namespace_label,
+    assert (settings.label_names.dcgm_pod, settings.label_names.dcgm_namespace) == (
+        defaults.label_names.dcgm_pod,
+        defaults.label_names.dcgm_namespace,
     )
     renamed = env(
         render(
@@ -475,7 +475,10 @@ def test_the_dcgm_exporter_label_names_are_chart_values(render: Render) -> None:
         )
     )  # fmt: skip
     read = OperatorSettings.from_env(renamed)
-    assert (read.dcgm_pod_label, read.dcgm_namespace_label) == ("exported_pod", "exported_namespace")
+    assert (read.label_names.dcgm_pod, read.label_names.dcgm_namespace) == (
+        "exported_pod",
+        "exported_namespace",
+    )
 
 
 def test_pod_monitors_are_off_by_default(render: Render) -> None:

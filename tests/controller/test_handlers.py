@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from specdecode import cli, exit_status
-from specdecode.controller import collect, handlers, kube, observe, results
+from specdecode import cli, exit_status, results
+from specdecode.controller import collect, handlers, kube, observe
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import keys, manifests, rounds, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal

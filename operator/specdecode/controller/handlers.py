@@ -25,7 +25,8 @@ from typing import Any
 
 import kopf
 
-from specdecode.controller import collect, kube, lease, observe, results
+from specdecode import results
+from specdecode.controller import collect, kube, lease, observe
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from specdecode.controller import kube, results
+from specdecode import results
+from specdecode.controller import kube
 from specdecode.experiment import keys, validation
 from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document

@@ -39,15 +39,30 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from specdecode.controller.kube import CONFIG_MAP, Kube
-from specdecode.experiment import keys, manifests, spec
+from specdecode.experiment import keys, manifests, records, spec
 
 FILES = ("requests.jsonl", "windows.json", "loadgen-summary.json")
 # ConfigMaps are limited to 1 MiB in total; base64 grows data by 4/3, so 700 KiB of gzip per part.
 PART_BYTES = 700 * 1024
 DATA_KEY = "bundle.json.gz"
+
+
+CONFIG_MAP = ("v1", "ConfigMap")
+"""The kind the parts are stored as, as `ConfigMaps.get` names a kind (apiVersion, kind)."""
+
+
+class ConfigMaps(Protocol):
+    """The two Kubernetes calls the results make (`controller.kube.Kube` has them; so do tests' fakes)."""
+
+    async def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when there is none."""
+        ...
+
+    async def put(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Create the object, or replace it."""
+        ...
 
 
 class ResultsError(Exception):
@@ -212,13 +227,26 @@ def build_config_maps(
     return maps
 
 
+def parse(
+    files: Mapping[str, str],
+) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+    """The load Job's files -> records, the run's clock anchor, stage windows and summary."""
+    lines = files.get("requests.jsonl", "").splitlines()
+    recs = [records.RequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    windows_doc = json.loads(files.get("windows.json") or "{}")
+    anchor = records.RunAnchor.model_validate(windows_doc.get("anchor") or {"monotonic": 0.0, "wall": 0.0})
+    windows = [records.StageWindow.model_validate(w) for w in windows_doc.get("windows", [])]
+    summary = json.loads(files.get("loadgen-summary.json") or "{}")
+    return recs, anchor, windows, summary
+
+
 def read_dir(directory: Path) -> dict[str, str]:
     """The result files present in a directory."""
     return {name: (directory / name).read_text() for name in FILES if (directory / name).exists()}
 
 
 async def upload(
-    kube: Kube,
+    kube: ConfigMaps,
     directory: Path,
     *,
     namespace: str,
@@ -237,7 +265,7 @@ async def upload(
 
 
 async def download(
-    kube: Kube,
+    kube: ConfigMaps,
     *,
     namespace: str,
     experiment: str,
