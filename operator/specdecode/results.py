@@ -7,6 +7,10 @@ limit). Every part carries its place (`specdecode.io/part: i/N`), the generation
 same on every part of one upload), and is owned by the experiment (deleting it removes them) and by
 the load Job that wrote it (the Job's uid comes to its pod through the downward API).
 
+The load Job uploads (`upload`, from cli.py), the operator downloads and parses (`download`,
+`parse`), `kubectl specdecode watch` unpacks what it lists: so this module reaches Kubernetes only
+through `ConfigMaps`, the two calls of `controller.kube.Kube` it needs, and imports only the core.
+
 The operator trusts labels for nothing. It reads exactly `<exp>-results-0` .. `-N-1`, one GET each,
 so a ConfigMap of any other name is never read, and uses a part only when it is owned by this
 generation's load Job (the uid the operator observed), annotated with this generation and its

@@ -20,7 +20,7 @@ Labels (`specdecode.io/...`):
 - `LABEL_ARM` (`specdecode.io/arm`): `control` or `treatment`, on an arm's Deployment, pods and
   Service; Prometheus keeps it as `specdecode_io_arm`.
 - `LABEL_RESULTS` (`specdecode.io/results`): on the load Job's results ConfigMaps, the experiment
-  they were written for (for people and `kubectl specdecode report`; the operator trusts it for
+  they were written for (for people and `kubectl specdecode watch`; the operator trusts it for
   nothing, see `specdecode.results`).
 
 Annotations (`specdecode.io/...`):
