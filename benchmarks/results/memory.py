@@ -52,7 +52,7 @@ def build(records: int, tokens: int, stages: int) -> dict[str, str]:
 
 def judge(bundle_path: str, max_bytes: int) -> dict[str, Any]:
     """In this process: what the operator does with the parts (inflate, parse, analyse, render)."""
-    from specdecode.controller import collect, results
+    from specdecode import results
     from specdecode.experiment import status, validation, verdict
     from specdecode.report import page
 
@@ -64,7 +64,7 @@ def judge(bundle_path: str, max_bytes: int) -> dict[str, Any]:
         outcome = exc.reason
     else:
         del parts
-        recs, _, windows, summary = collect.parse_results(files)
+        recs, _, windows, summary = results.parse(files)
         del files
         spec, _ = validation.parse_experiment(
             {
@@ -96,7 +96,7 @@ def peak_rss() -> int:
 
 def measure(records: int, tokens: int, stages: int, max_bytes: int) -> dict[str, Any]:
     """Build the results here, judge them in a fresh process (its peak RSS is the figure)."""
-    from specdecode.controller import results
+    from specdecode import results
 
     files = build(records, tokens, stages)
     spec_doc = json.loads(files.pop("__spec__"))
@@ -132,7 +132,7 @@ def main() -> None:
     p.add_argument("--judge", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.max_bytes is None:
-        from specdecode.controller import results
+        from specdecode import results
 
         args.max_bytes = results.Limits().max_bytes
     if args.judge:

@@ -73,8 +73,9 @@ from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, find_bin_dir, wait
 from operator_process import OperatorProcess  # noqa: E402
 from prometheus_server import Prometheus  # noqa: E402
 
-from specdecode.controller import kube, results  # noqa: E402
-from specdecode.experiment import manifests, validation  # noqa: E402
+from specdecode import results  # noqa: E402
+from specdecode.controller import kube  # noqa: E402
+from specdecode.experiment import keys, manifests, validation  # noqa: E402
 
 NAMESPACE = "scale"
 LOAD_NODE = "load-0"  # the load pods' node: kwok keeps it Ready, this script completes its pods
@@ -252,7 +253,7 @@ class Recorder:
     def _deployment(self, kind: str, obj: dict[str, Any]) -> None:
         now = time.monotonic()
         labels = obj["metadata"].get("labels") or {}
-        exp = labels.get(manifests.LABEL_EXPERIMENT)
+        exp = labels.get(keys.LABEL_EXPERIMENT)
         if kind == "ADDED" and exp:
             line = self.line(exp)
             with self.lock:
@@ -266,7 +267,7 @@ class Recorder:
         ip = (obj.get("status") or {}).get("podIP")
         if kind != "DELETED" and ip and labels.get("specdecode.io/arm"):
             self.targets.serve(ip)
-        exp = labels.get(manifests.LABEL_EXPERIMENT)
+        exp = labels.get(keys.LABEL_EXPERIMENT)
         job = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"), None)
         placed = (obj.get("spec") or {}).get("nodeName") == LOAD_NODE
         if kind == "DELETED" or not (exp and job and placed) or meta["name"] in self.loads:
@@ -279,7 +280,7 @@ class Recorder:
     def _job(self, kind: str, obj: dict[str, Any]) -> None:
         now = time.monotonic()
         meta = obj["metadata"]
-        exp = (meta.get("labels") or {}).get(manifests.LABEL_EXPERIMENT)
+        exp = (meta.get("labels") or {}).get(keys.LABEL_EXPERIMENT)
         if not exp or meta["name"] != manifests.Names(exp).load_job:
             return
         line = self.line(exp)
@@ -305,7 +306,7 @@ class Recorder:
             },
             {"apiVersion": "batch/v1", "kind": "Job", "name": job["name"], "uid": job["uid"]},
         ]
-        generation = int((pod.get("annotations") or {}).get(manifests.GENERATION_ANNOTATION) or 1)
+        generation = int((pod.get("annotations") or {}).get(keys.GENERATION_ANNOTATION) or 1)
         try:
             with tempfile.TemporaryDirectory(prefix="load-results-") as tmp:
                 for name, text in self.files().items():

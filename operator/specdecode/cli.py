@@ -326,8 +326,9 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     import asyncio
     import os
 
-    from specdecode.controller import kube, results
-    from specdecode.experiment import documents, manifests, spec
+    from specdecode import results
+    from specdecode.controller import kube
+    from specdecode.experiment import documents, keys, manifests
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -335,8 +336,8 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     if args.owner_uid:
         owners.append(
             {
-                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-                "kind": spec.KIND,
+                "apiVersion": keys.GROUP_VERSION,
+                "kind": keys.KIND,
                 "name": name,
                 "uid": args.owner_uid,
                 "controller": False,
@@ -345,7 +346,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
         )
     job_uid = os.environ.get(manifests.JOB_UID_ENV)
     if job_uid:
-        # The operator trusts only parts its load Job owns (controller/results.py).
+        # The operator trusts only parts its load Job owns (specdecode/results.py).
         owners.append(
             {
                 "apiVersion": "batch/v1",

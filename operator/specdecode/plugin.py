@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdecode import exit_status
-from specdecode.experiment import fairness, kvcache, reconcile, spec, status, telemetry
+from specdecode.experiment import fairness, keys, kvcache, spec, status, telemetry
 
-RESOURCE = f"{spec.PLURAL}.{spec.API_GROUP}"
+RESOURCE = f"{keys.PLURAL}.{keys.API_GROUP}"
 REPORT_KEY = "report.html.gz"
 """The report ConfigMap's binaryData key (controller/collect.py: report_config_map)."""
 
@@ -289,7 +289,7 @@ def _abort(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
         print(f"{args.name} has already ended ({st.phase.value}); nothing to abort", file=out)
         return exit_status.OK
     generation = str(obj["metadata"].get("generation") or 1)
-    kubectl.run("annotate", RESOURCE, args.name, f"{reconcile.ABORT_ANNOTATION}={generation}", "--overwrite")
+    kubectl.run("annotate", RESOURCE, args.name, f"{keys.ABORT_ANNOTATION}={generation}", "--overwrite")
     print(
         f"{args.name}: abort requested (generation {generation}); the operator ends it as Failed/Aborted "
         "and deletes its arms and load Job",
@@ -328,23 +328,22 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
     """A line per stage the load stored since the last look (the load Job stores its results
     after every stage: ConfigMaps `<name>-results-<i>`). Results caught mid-upload are skipped
     until the next look."""
-    from specdecode.controller import collect, results
-    from specdecode.experiment import manifests
+    from specdecode import results
 
     name, generation = obj["metadata"]["name"], str(obj["metadata"].get("generation") or 1)
     prefix = f"{name}-results-"
     try:
-        items = kubectl.get("configmap", "-l", f"{results.LABEL_RESULTS}={name}")["items"]
+        items = kubectl.get("configmap", "-l", f"{keys.LABEL_RESULTS}={name}")["items"]
         parts: dict[int, bytes] = {}
         for cm in items:
             index = str(cm["metadata"]["name"]).removeprefix(prefix)
             annotations = cm["metadata"].get("annotations") or {}
             data = (cm.get("binaryData") or {}).get(results.DATA_KEY)
-            if index.isdigit() and data and annotations.get(manifests.GENERATION_ANNOTATION) == generation:
+            if index.isdigit() and data and annotations.get(keys.GENERATION_ANNOTATION) == generation:
                 parts[int(index)] = base64.b64decode(data)
         if not parts or sorted(parts) != list(range(len(parts))):
             return []
-        recs, _, windows, _ = collect.parse_results(results.unpack(parts[i] for i in sorted(parts)))
+        recs, _, windows, _ = results.parse(results.unpack(parts[i] for i in sorted(parts)))
     except (KubectlError, results.ResultsError, ValueError, binascii.Error):
         return []
     stages = [str(s.get("name")) for s in ((obj.get("spec") or {}).get("workload") or {}).get("stages") or []]

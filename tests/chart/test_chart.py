@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, validation
+from specdecode.experiment import keys, manifests, validation
 from tests.chart.conftest import CHART, ROOT, Render, run_helm
 from tests.factories import experiment_document
 
@@ -303,8 +303,8 @@ def container_pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:
 def test_operator_pod_is_not_mistaken_for_an_experiment_child(render: Render) -> None:
     # Children carry managed-by=specdecode-operator (design.md §2); the operator's pod must not.
     labels = container_pod_labels(render())
-    assert labels.get(manifests.LABEL_MANAGED_BY) != manifests.MANAGED_BY
-    assert manifests.LABEL_EXPERIMENT not in labels
+    assert labels.get(keys.LABEL_MANAGED_BY) != manifests.MANAGED_BY
+    assert keys.LABEL_EXPERIMENT not in labels
 
 
 def test_notes_explain_how_to_wait_for_a_verdict(helm: Path, tmp_path: Path) -> None:
@@ -450,23 +450,23 @@ def pod_label_meta(label: str) -> str:
 def test_the_label_names_the_operator_queries_by_are_chart_values(render: Render) -> None:
     settings = env(render())
     defaults = OperatorSettings()
-    assert settings["SPECDECODE_PROM_EXPERIMENT_LABEL"] == defaults.prom_experiment_label
-    assert settings["SPECDECODE_PROM_ARM_LABEL"] == defaults.prom_arm_label
-    assert settings["SPECDECODE_PROM_NAMESPACE_LABEL"] == defaults.prom_namespace_label
-    assert settings["SPECDECODE_PROM_POD_LABEL"] == defaults.prom_pod_label
+    assert settings["SPECDECODE_PROM_EXPERIMENT_LABEL"] == defaults.label_names.experiment
+    assert settings["SPECDECODE_PROM_ARM_LABEL"] == defaults.label_names.arm
+    assert settings["SPECDECODE_PROM_NAMESPACE_LABEL"] == defaults.label_names.namespace
+    assert settings["SPECDECODE_PROM_POD_LABEL"] == defaults.label_names.pod
     changed = env(
         render("--set", "monitoring.labelNames.experiment=exp", "--set", "monitoring.labelNames.pod=p")
     )
     read = OperatorSettings.from_env(changed)  # as the operator reads its environment
-    assert (read.prom_experiment_label, read.prom_pod_label) == ("exp", "p")
+    assert (read.label_names.experiment, read.label_names.pod) == ("exp", "p")
 
 
 def test_the_dcgm_exporter_label_names_are_chart_values(render: Render) -> None:
     defaults = OperatorSettings()
     settings = OperatorSettings.from_env(env(render()))
-    assert (settings.dcgm_pod_label, settings.dcgm_namespace_label) == (
-        defaults.dcgm_pod_label,
-        defaults.dcgm_namespace_label,
+    assert (settings.label_names.dcgm_pod, settings.label_names.dcgm_namespace) == (
+        defaults.label_names.dcgm_pod,
+        defaults.label_names.dcgm_namespace,
     )
     renamed = env(
         render(
@@ -475,7 +475,10 @@ def test_the_dcgm_exporter_label_names_are_chart_values(render: Render) -> None:
         )
     )  # fmt: skip
     read = OperatorSettings.from_env(renamed)
-    assert (read.dcgm_pod_label, read.dcgm_namespace_label) == ("exported_pod", "exported_namespace")
+    assert (read.label_names.dcgm_pod, read.label_names.dcgm_namespace) == (
+        "exported_pod",
+        "exported_namespace",
+    )
 
 
 def test_pod_monitors_are_off_by_default(render: Render) -> None:
@@ -501,10 +504,8 @@ def test_the_arms_pod_monitor_selects_the_arms_and_writes_the_label_names_the_op
         assert arms["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
         assert endpoint["port"] in {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
     written = {r["sourceLabels"][0]: r["targetLabel"] for r in endpoint["relabelings"]}
-    assert written[pod_label_meta(manifests.LABEL_ARM)] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
-    assert (
-        written[pod_label_meta(manifests.LABEL_EXPERIMENT)] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
-    )
+    assert written[pod_label_meta(keys.LABEL_ARM)] == "arm" == env(docs)["SPECDECODE_PROM_ARM_LABEL"]
+    assert written[pod_label_meta(keys.LABEL_EXPERIMENT)] == env(docs)["SPECDECODE_PROM_EXPERIMENT_LABEL"]
     assert written["__meta_kubernetes_namespace"] == env(docs)["SPECDECODE_PROM_NAMESPACE_LABEL"]
     assert written["__meta_kubernetes_pod_name"] == env(docs)["SPECDECODE_PROM_POD_LABEL"]
     # the operator's own /metrics: its pod, its metrics port, the gauges' own namespace label kept

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from specdecode.controller import collect, results
+from specdecode import results
+from specdecode.controller import collect
 from specdecode.controller.settings import OperatorSettings
 from tests.controller.fake_kube import FakeKube
 
@@ -65,13 +66,13 @@ def test_the_results_are_parsed_in_the_analysis_thread(monkeypatch: pytest.Monke
     ):
         client.add(cm)
     threads: list[str] = []
-    parse = collect.parse_results
+    parse = results.parse
 
     def parse_and_note(found: Any) -> Any:
         threads.append(threading.current_thread().name)
         return parse(found)
 
-    monkeypatch.setattr(collect, "parse_results", parse_and_note)
+    monkeypatch.setattr(results, "parse", parse_and_note)
     metadata = {"name": "exp", "namespace": "ns", "generation": 1}
     recs, _, windows, _ = asyncio.run(
         collect.read_results(client, metadata, OperatorSettings(), job_uid="job-uid")  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from specdecode.controller import collect, results
+from specdecode import results
+from specdecode.controller import collect
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import recommendation, reconcile, records, rounds, search, spec, status, validation
 from tests.controller.fake_kube import FakeKube

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from specdecode import cli, exit_status
-from specdecode.controller import collect, handlers, kube, observe, results
+from specdecode import cli, exit_status, results
+from specdecode.controller import collect, handlers, kube, observe
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import manifests, rounds, status, validation
+from specdecode.experiment import keys, manifests, rounds, status, validation
 from tests.controller.fake_kube import FakeKube, Operator, refusal
 from tests.factories import experiment_document
 
@@ -59,7 +59,7 @@ def test_a_spec_edit_gives_the_new_generation_s_load_the_new_workload(
     operator = Operator(client, document())
     assert run(operator, 2)["phase"] == "Deploying"
     annotations, loaded = loaded_spec(client)
-    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert annotations[keys.GENERATION_ANNOTATION] == "1"
     assert loaded["spec"]["workload"]["requestsPerStage"] == 100
 
     edited = copy.deepcopy(operator.body["spec"])
@@ -73,8 +73,8 @@ def test_a_spec_edit_gives_the_new_generation_s_load_the_new_workload(
             break
     assert (status["phase"], status["observedGeneration"]) == ("Deploying", 2)
     annotations, loaded = loaded_spec(client)
-    assert annotations[manifests.GENERATION_ANNOTATION] == "2"
-    assert loaded["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "2"
+    assert annotations[keys.GENERATION_ANNOTATION] == "2"
+    assert loaded["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "2"
     assert loaded["spec"]["workload"]["requestsPerStage"] == 1000
     assert loaded["spec"]["workload"]["stages"] == [{"name": "low", "rate": 16.0}]
 
@@ -90,7 +90,7 @@ def test_a_spec_config_map_that_names_no_generation_is_replaced(
     operator = Operator(client, document())
     run(operator, 4)
     annotations, loaded = loaded_spec(client)
-    assert annotations[manifests.GENERATION_ANNOTATION] == "1"
+    assert annotations[keys.GENERATION_ANNOTATION] == "1"
     assert loaded["spec"]["workload"]["requestsPerStage"] == 100
 
 
@@ -146,7 +146,7 @@ def analyzing(client: FakeKube, **settings: Any) -> Operator:
     run(operator, 2)  # Pending -> Deploying: children of generation 1 exist
     operator.body["status"].update(phase="Analyzing", phaseStartedAt=T0.isoformat())
     job = manifests.build_load_job("exp", validation.parse_experiment(document())[0], manifests.Settings())
-    job["metadata"]["annotations"] = {manifests.GENERATION_ANNOTATION: "1"}
+    job["metadata"]["annotations"] = {keys.GENERATION_ANNOTATION: "1"}
     job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     client.add(job)
     return operator
@@ -351,7 +351,7 @@ def test_the_abort_annotation_of_the_current_generation_ends_the_experiment_and_
     job = manifests.build_load_job(
         "exp", validation.parse_experiment(document())[0], OperatorSettings().render, generation=1
     )
-    job["metadata"].setdefault("annotations", {})[observe.GENERATION_ANNOTATION] = "1"
+    job["metadata"].setdefault("annotations", {})[keys.GENERATION_ANNOTATION] = "1"
     client.add(job)
     operator.body["metadata"]["annotations"] = {"specdecode.io/abort": "1"}
     ended = run(operator)
@@ -390,7 +390,7 @@ def arm_pod(arm: str, name: str, *, node: str | None = "gpu-0") -> dict[str, Any
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {manifests.LABEL_EXPERIMENT: "exp", manifests.LABEL_ARM: arm}},
+        "metadata": {"name": name, "labels": {keys.LABEL_EXPERIMENT: "exp", keys.LABEL_ARM: arm}},
         "spec": {"nodeName": node} if node else {},
     }
 
@@ -509,14 +509,14 @@ def test_a_round_re_renders_the_arms_it_starts_again_once_pinned_to_their_nodes(
     run(operator, 2)
     assert client.replaced == ["exp-treatment"]  # once: the second tick finds it rendered for the round
     treatment = client.named(kube.DEPLOYMENT, "exp-treatment")["spec"]["template"]
-    assert treatment["metadata"]["annotations"][rounds.ROUND_ANNOTATION] == "Confirmation"
-    assert treatment["metadata"]["annotations"][observe.GENERATION_ANNOTATION] == "1"
+    assert treatment["metadata"]["annotations"][keys.ROUND_ANNOTATION] == "Confirmation"
+    assert treatment["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "1"
     pinned = treatment["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert pinned["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-b"]
     args = " ".join(treatment["spec"]["containers"][0]["args"])
     assert '"num_speculative_tokens_per_batch_size":[[1,4,4],[5,4096,0]]' in args
     control = client.named(kube.DEPLOYMENT, "exp-control")["spec"]["template"]
-    assert rounds.ROUND_ANNOTATION not in control["metadata"]["annotations"]  # it keeps serving
+    assert keys.ROUND_ANNOTATION not in control["metadata"]["annotations"]  # it keeps serving
 
 
 def ready_pod(arm: str, round_name: str) -> dict[str, Any]:
@@ -526,8 +526,8 @@ def ready_pod(arm: str, round_name: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": f"exp-{arm}-{round_name.lower()}",
-            "labels": {manifests.LABEL_EXPERIMENT: "exp", manifests.LABEL_ARM: arm},
-            "annotations": {observe.GENERATION_ANNOTATION: "1", manifests.ROUND_ANNOTATION: round_name},
+            "labels": {keys.LABEL_EXPERIMENT: "exp", keys.LABEL_ARM: arm},
+            "annotations": {keys.GENERATION_ANNOTATION: "1", keys.ROUND_ANNOTATION: round_name},
         },
         "spec": {"nodeName": "gpu-a" if arm == "treatment" else "gpu-b"},
         "status": {"phase": "Running", "containerStatuses": [{"name": "engine", "ready": True}]},
@@ -557,7 +557,7 @@ def test_a_round_s_load_reads_its_own_spec_with_the_salt_of_the_stages_load(
     first_args = stages_job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--salt") + 1] == first_args[first_args.index("--salt") + 1]
     spec_map = client.named(kube.CONFIG_MAP, "exp-spec-crossover")
-    assert spec_map["metadata"]["annotations"][observe.GENERATION_ANNOTATION] == "1"
+    assert spec_map["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "1"
     round_doc = yaml.safe_load(spec_map["data"][manifests.EXPERIMENT_FILE])
     assert round_doc["spec"]["analysis"]["sequential"] is False
     assert round_doc["spec"]["workload"]["stages"][0]["requests"] == 50  # half of requestsPerStage 100

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from specdecode.controller import observe
-from specdecode.experiment import fairness, manifests, spec, status, validation
+from specdecode.experiment import fairness, keys, manifests, spec, status, validation
 from tests.factories import experiment_document
 
 
@@ -275,7 +275,7 @@ def test_the_same_value_from_in_another_key_order_is_no_difference() -> None:
     assert fairness.differences(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT]) == []
 
 
-@pytest.mark.parametrize("label", [manifests.JOB_NAME_LABEL, "job-name"])
+@pytest.mark.parametrize("label", [keys.JOB_NAME_LABEL, "job-name"])
 def test_a_round_s_load_pod_is_not_the_stages_load_pod(label: str) -> None:
     """The stages' Job sees only its own pods: a crossover round's failed load pod (labelled with its
     Job's name, by either label Kubernetes has used) is not the stages' (mutation benchmark survivor:

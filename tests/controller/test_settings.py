@@ -25,4 +25,4 @@ def test_settings_come_from_the_environment() -> None:
 def test_defaults_work_without_any_variable() -> None:
     settings = OperatorSettings.from_env({})
     assert settings.prometheus_url is None
-    assert settings.prom_experiment_label == "specdecode_io_experiment"
+    assert settings.label_names.experiment == "specdecode_io_experiment"

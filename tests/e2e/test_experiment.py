@@ -31,7 +31,7 @@ from operator_process import OperatorProcess
 from prometheus_server import Prometheus
 from tests.grafana import dashboard
 
-from specdecode.controller import results
+from specdecode import results
 from specdecode.experiment import search, sequential, simprofiles, validation
 from specdecode.experiment import status as experiment_status
 

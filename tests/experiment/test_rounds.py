@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from specdecode.experiment import manifests, reconcile, rounds, spec, status, validation
+from specdecode.experiment import keys, manifests, reconcile, rounds, spec, status, validation
 from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
 from tests.factories import experiment_document
@@ -84,11 +84,11 @@ def test_a_round_s_arm_is_pinned_by_node_name_and_keeps_its_colocation_preferenc
     terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-b"]}]}]
     assert "podAffinity" in affinity
-    assert pod["metadata"]["annotations"][rounds.ROUND_ANNOTATION] == "Crossover"
-    assert deployment["metadata"]["annotations"][rounds.ROUND_ANNOTATION] == "Crossover"
+    assert pod["metadata"]["annotations"][keys.ROUND_ANNOTATION] == "Crossover"
+    assert deployment["metadata"]["annotations"][keys.ROUND_ANNOTATION] == "Crossover"
     plain = manifests.build_deployment("exp", s, spec.Arm.CONTROL, manifests.Settings())
     assert "nodeAffinity" not in plain["spec"]["template"]["spec"]["affinity"]
-    assert rounds.ROUND_ANNOTATION not in plain["spec"]["template"]["metadata"]["annotations"]
+    assert keys.ROUND_ANNOTATION not in plain["spec"]["template"]["metadata"]["annotations"]
 
 
 def test_a_round_s_load_job_has_its_own_name_spec_and_results_and_the_generation_s_salt() -> None:

@@ -1,5 +1,5 @@
 """A real Prometheus server scrapes the simulator: the acceptance rate with PromQL, and the operator's
-own queries (`controller.prometheus`) over one stage."""
+own queries (`sources.prometheus`) over one stage."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from specdecode.controller import prometheus
+from specdecode.sources import prometheus
 
 from .conftest import FAST, Prometheus, StartSim
 

@@ -30,12 +30,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
-from specdecode.controller import observe, prometheus, results
+from specdecode import results
+from specdecode.controller import observe
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     confirm,
     crossover,
+    keys,
     kvcache,
     manifests,
     promql,
@@ -50,6 +52,7 @@ from specdecode.experiment import (
     verdict,
 )
 from specdecode.report import page
+from specdecode.sources import prometheus
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -78,19 +81,6 @@ async def in_analysis_lane(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P
     return await asyncio.get_running_loop().run_in_executor(lane, functools.partial(fn, *args, **kwargs))
 
 
-def parse_results(
-    files: Mapping[str, str],
-) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
-    """The load Job's files -> records, the run's clock anchor, stage windows and summary."""
-    lines = files.get("requests.jsonl", "").splitlines()
-    recs = [records.RequestRecord.model_validate_json(line) for line in lines if line.strip()]
-    windows_doc = json.loads(files.get("windows.json") or "{}")
-    anchor = records.RunAnchor.model_validate(windows_doc.get("anchor") or {"monotonic": 0.0, "wall": 0.0})
-    windows = [records.StageWindow.model_validate(w) for w in windows_doc.get("windows", [])]
-    summary = json.loads(files.get("loadgen-summary.json") or "{}")
-    return recs, anchor, windows, summary
-
-
 def with_times(
     stages: Sequence[status.StageResult], windows: Sequence[records.StageWindow], anchor: records.RunAnchor
 ) -> list[status.StageResult]:
@@ -107,45 +97,6 @@ def with_times(
         else s
         for s in stages
     ]
-
-
-def with_prometheus(
-    source: prometheus.PrometheusSource | Any,
-    windows: list[records.StageWindow],
-    anchor: records.RunAnchor,
-    *,
-    namespace: str,
-    name: str,
-    settings: OperatorSettings,
-    arms: Sequence[spec.Arm] = tuple(spec.Arm),
-) -> list[records.StageWindow]:
-    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra).
-
-    `arms`: the arms that ran in these windows (`run --local` on one GPU runs them one after the other).
-    """
-    updated = []
-    for window in windows:
-        start = anchor.wall + window.start
-        end = anchor.wall + window.end
-        server = {}
-        for arm in arms:
-            labels = arm_labels(settings, namespace, name, arm)
-            metrics = prometheus.arm_metrics(
-                source,
-                labels,
-                start=start,
-                end=end,
-                speculative=arm is spec.Arm.TREATMENT,
-                pod_label=settings.prom_pod_label,
-            )
-            direct = window.server.get(arm.value)
-            if direct is not None:
-                metrics = metrics.model_copy(
-                    update={"extra": {**metrics.extra, "direct": direct.model_dump()}}
-                )
-            server[arm.value] = metrics
-        updated.append(window.model_copy(update={"server": server}))
-    return updated
 
 
 def gpu_telemetry(
@@ -172,8 +123,8 @@ def gpu_telemetry(
             arm: prometheus.arm_gpu(
                 source,
                 telemetry.pod_selector(
-                    namespace_label=settings.dcgm_namespace_label,
-                    pod_label=settings.dcgm_pod_label,
+                    namespace_label=settings.label_names.dcgm_namespace,
+                    pod_label=settings.label_names.dcgm_pod,
                     namespace=namespace,
                     deployment=names.arm(arm),
                 ),
@@ -187,15 +138,6 @@ def gpu_telemetry(
     return updated
 
 
-def arm_labels(settings: OperatorSettings, namespace: str, name: str, arm: spec.Arm) -> dict[str, str]:
-    """The Prometheus labels of one arm's pods."""
-    return {
-        settings.prom_namespace_label: namespace,
-        settings.prom_experiment_label: name,
-        settings.prom_arm_label: arm.value,
-    }
-
-
 async def arms_scraped(
     experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
 ) -> bool | None:
@@ -207,7 +149,10 @@ async def arms_scraped(
 
     def check() -> bool:
         for arm in spec.Arm:
-            up = source.query(promql.targets_up(arm_labels(settings, namespace, name, arm)), time.time())
+            up = source.query(
+                promql.targets_up(prometheus.arm_labels(settings.label_names, namespace, name, arm)),
+                time.time(),
+            )
             if not any(sample.value >= 1 for sample in up):
                 return False
         return True
@@ -232,7 +177,7 @@ async def kv_capacities(
     def read() -> dict[spec.Arm, kvcache.KVCapacity]:
         found = {}
         for arm in spec.Arm:
-            labels = arm_labels(settings, namespace, name, arm)
+            labels = prometheus.arm_labels(settings.label_names, namespace, name, arm)
             capacity = prometheus.kv_capacity(source, labels, at=time.time())
             if capacity is not None:
                 found[arm] = capacity
@@ -286,14 +231,14 @@ async def store_report(
     html = await in_analysis_lane(page.render_html, judged, recs, windows, experiment, name=name)
     report = report_config_map(name, html, judged.wire())
     report["metadata"]["annotations"] = {
-        manifests.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
+        keys.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
     }
     if metadata.get("uid"):
         # Deleting the experiment deletes its report too (as kopf.adopt does for the other children).
         report["metadata"]["ownerReferences"] = [
             {
-                "apiVersion": f"{spec.API_GROUP}/{spec.API_VERSION}",
-                "kind": spec.KIND,
+                "apiVersion": keys.GROUP_VERSION,
+                "kind": keys.KIND,
                 "name": name,
                 "uid": str(metadata["uid"]),
                 "controller": True,
@@ -325,7 +270,7 @@ async def read_results(
         round_name=round_name,
     )
     try:
-        return await in_analysis_lane(parse_results, files)
+        return await in_analysis_lane(results.parse, files)
     except ValueError as exc:
         raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
@@ -358,7 +303,13 @@ async def measured(
     source = prometheus.PrometheusSource(url)
     try:
         windows = await asyncio.to_thread(
-            with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
+            prometheus.with_prometheus,
+            source,
+            windows,
+            anchor,
+            namespace=namespace,
+            name=name,
+            names=settings.label_names,
         )
     except prometheus.PrometheusBadResponse as exc:
         return reconcile.CollectFailure(
@@ -372,7 +323,7 @@ async def measured(
         return reconcile.CollectFailure(
             "PrometheusNoData",
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
-            f"{manifests.LABEL_EXPERIMENT}={name} and keeps that label as {settings.prom_experiment_label}",
+            f"{keys.LABEL_EXPERIMENT}={name} and keeps that label as {settings.label_names.experiment}",
         )
     return recs, anchor, windows, summary
 
@@ -698,7 +649,13 @@ async def _salvage(
         source = prometheus.PrometheusSource(url)
         with contextlib.suppress(prometheus.PrometheusUnavailable, prometheus.PrometheusNoData):
             windows = await asyncio.to_thread(
-                with_prometheus, source, windows, anchor, namespace=namespace, name=name, settings=settings
+                prometheus.with_prometheus,
+                source,
+                windows,
+                anchor,
+                namespace=namespace,
+                name=name,
+                names=settings.label_names,
             )
     analysis = await in_analysis_lane(
         verdict.analyse, experiment, recs, windows, validity=summary.get("validity")

@@ -25,11 +25,13 @@ from typing import Any
 
 import kopf
 
-from specdecode.controller import collect, kube, lease, observe, results
+from specdecode import results
+from specdecode.controller import collect, kube, lease, observe
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     degradations,
+    keys,
     kvcache,
     manifests,
     reconcile,
@@ -46,10 +48,10 @@ SETTINGS = OperatorSettings.from_env()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """All kopf settings, each non-default with its reason."""
     # Our own finalizer and annotation names, so nothing collides with other kopf operators.
-    settings.persistence.finalizer = f"{spec.API_GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=spec.API_GROUP)
+    settings.persistence.finalizer = keys.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=keys.API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=spec.API_GROUP, key="last-handled-configuration"
+        prefix=keys.API_GROUP, key="last-handled-configuration"
     )
     # Events only for what we post explicitly (phase changes, verdicts), not for every log line.
     settings.posting.level = logging.WARNING
@@ -96,9 +98,9 @@ def _needs_reconcile(body: kopf.Body, **_: Any) -> bool:
 
 # A failing tick (API error, ...) is retried after a few intervals, not kopf's default minute.
 @kopf.timer(
-    spec.API_GROUP,
-    spec.API_VERSION,
-    spec.PLURAL,
+    keys.API_GROUP,
+    keys.API_VERSION,
+    keys.PLURAL,
     interval=SETTINGS.interval,
     backoff=max(5.0, 3 * SETTINGS.interval),
     when=_needs_reconcile,
@@ -126,7 +128,7 @@ async def _reconcile(
     before = status.ExperimentStatus.model_validate(dict(body.get("status") or {}))
     subject = _subject(name, generation, document, settings)
     annotations = body.metadata.get("annotations") or {}
-    if annotations.get(reconcile.ABORT_ANNOTATION) == str(generation):
+    if annotations.get(keys.ABORT_ANNOTATION) == str(generation):
         subject = replace(subject, aborted=True)
     now = now or datetime.now(UTC)
     current, events, written = before, [], before
@@ -208,7 +210,7 @@ Children = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]
 async def _children(body: kopf.Body, subject: reconcile.Subject, memo: kopf.Memo) -> Children:
     """The experiment's children, one LIST per kind (ConfigMaps without their data)."""
     client: kube.Kube = memo.kube
-    namespace, selector = str(body.metadata.namespace), {manifests.LABEL_EXPERIMENT: subject.name}
+    namespace, selector = str(body.metadata.namespace), {keys.LABEL_EXPERIMENT: subject.name}
     deployments, pods, jobs, config_maps = await asyncio.gather(
         client.select(kube.DEPLOYMENT, namespace, selector),
         client.select(kube.POD, namespace, selector),
@@ -438,7 +440,7 @@ async def _nodes(
     return nodes
 
 
-@kopf.on.delete(spec.API_GROUP, spec.API_VERSION, spec.PLURAL, optional=True)
+@kopf.on.delete(keys.API_GROUP, keys.API_VERSION, keys.PLURAL, optional=True)
 async def forget_experiment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Drop the deleted experiment from the operator's metrics (children go by garbage collection)."""
     memo.metrics.forget(str(body.metadata.namespace), str(body.metadata.name))
@@ -514,7 +516,7 @@ async def _apply(
                 ),
             )
     for child in children:
-        built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
+        built_for = {keys.GENERATION_ANNOTATION: str(subject.generation)}
         child["metadata"].setdefault("annotations", {}).update(built_for)
         if child["kind"] == "Deployment":  # and its pods: the old generation's may still be terminating
             child["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
@@ -553,11 +555,9 @@ async def _round_arms(
         if existing is None:
             raise ChildFailed(what) from RuntimeError("the arm's Deployment is gone")
         template = existing["spec"]["template"]
-        if (template.get("metadata", {}).get("annotations") or {}).get(
-            rounds.ROUND_ANNOTATION
-        ) == round_.name:
+        if (template.get("metadata", {}).get("annotations") or {}).get(keys.ROUND_ANNOTATION) == round_.name:
             continue
-        built_for = {observe.GENERATION_ANNOTATION: str(subject.generation)}
+        built_for = {keys.GENERATION_ANNOTATION: str(subject.generation)}
         wanted["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
         replaced = {
             **existing,

@@ -7,13 +7,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from specdecode.experiment import fairness, manifests, reconcile, rounds, spec, status
+from specdecode.experiment import fairness, keys, manifests, reconcile, spec, status
 
-GENERATION_ANNOTATION = manifests.GENERATION_ANNOTATION
-
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 # Node labels of NVIDIA GPU Feature Discovery (current names first, then the deprecated ones) and
 # of Node Feature Discovery: https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 DRIVER_LABELS = ("nvidia.com/cuda.driver-version", ("major", "minor", "revision"))
 DRIVER_LABELS_OLD = ("nvidia.com/cuda.driver", ("major", "minor", "rev"))
 CUDA_LABELS = ("nvidia.com/cuda.runtime-version", ("major", "minor"))
@@ -66,7 +64,7 @@ def pod_state(pod: Mapping[str, Any]) -> reconcile.PodState:
         last_exit_code=exit_code,
         restarts=restarts,
         image_id=image_id,
-        round=((pod.get("metadata") or {}).get("annotations") or {}).get(rounds.ROUND_ANNOTATION),
+        round=((pod.get("metadata") or {}).get("annotations") or {}).get(keys.ROUND_ANNOTATION),
     )
 
 
@@ -144,7 +142,7 @@ def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
 
 def generation_of(obj: Mapping[str, Any]) -> int | None:
     """The experiment generation a child was built for."""
-    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(keys.GENERATION_ANNOTATION)
     try:
         return int(value) if value is not None else None
     except ValueError:
@@ -196,7 +194,7 @@ def observe(
     load_pods = [
         p
         for p in pods
-        if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_COMPONENT) == "load"
+        if (p.get("metadata") or {}).get("labels", {}).get(keys.LABEL_COMPONENT) == "load"
         and _job_name(p, default=job_name) == job_name
     ]
     job = job_state(by_name.get(job_name), load_pods)
@@ -269,13 +267,11 @@ def arm_pods(
 def _job_name(pod: Mapping[str, Any], *, default: str) -> str:
     """The Job a pod belongs to (its `batch.kubernetes.io/job-name` label, or the older `job-name`)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(manifests.JOB_NAME_LABEL) or labels.get("job-name") or default)
+    return str(labels.get(keys.JOB_NAME_LABEL) or labels.get("job-name") or default)
 
 
 def _of_arm(pods: Sequence[Mapping[str, Any]], arm: spec.Arm) -> list[Mapping[str, Any]]:
-    return [
-        p for p in pods if (p.get("metadata") or {}).get("labels", {}).get(manifests.LABEL_ARM) == arm.value
-    ]
+    return [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get(keys.LABEL_ARM) == arm.value]
 
 
 def _time(value: Any) -> datetime | None:

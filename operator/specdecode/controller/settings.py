@@ -11,8 +11,10 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from specdecode.controller import lease, results
+from specdecode import results
+from specdecode.controller import lease
 from specdecode.experiment import manifests, reconcile
+from specdecode.sources import prometheus
 
 
 @dataclass(frozen=True)
@@ -34,19 +36,8 @@ class OperatorSettings:
     results_max_bytes: int = 48 * 1024 * 1024
     """The most the load Job's results may inflate to; more ends in Failed/ResultsTooLarge. The
     operator's memory while judging grows with it (benchmarks/README.md, "Results size")."""
-    prom_experiment_label: str = "specdecode_io_experiment"
-    """Prometheus label holding the pod's `specdecode.io/experiment` label."""
-    prom_arm_label: str = "specdecode_io_arm"
-    """Prometheus label holding the pod's `specdecode.io/arm` label."""
-    prom_namespace_label: str = "namespace"
-    """Prometheus label holding the pod's namespace."""
-    prom_pod_label: str = "pod"
-    """Prometheus label holding the pod's name."""
-    dcgm_namespace_label: str = "namespace"
-    """Label of NVIDIA's DCGM exporter series naming the namespace of the pod that holds the GPU
-    (`exported_namespace` where Prometheus scrapes the exporter without `honor_labels`)."""
-    dcgm_pod_label: str = "pod"
-    """Label of the DCGM exporter series naming the pod that holds the GPU (`exported_pod` likewise)."""
+    label_names: prometheus.LabelNames = field(default_factory=prometheus.LabelNames)
+    """The Prometheus labels the arms' series are selected by (shared with `run --local`)."""
     prometheus_pod_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
     )
@@ -90,12 +81,7 @@ class OperatorSettings:
             unschedulable_grace=float(get("UNSCHEDULABLE_GRACE", str(default.unschedulable_grace))),
             analysis_grace=float(get("ANALYSIS_GRACE", str(default.analysis_grace))),
             results_max_bytes=int(get("RESULTS_MAX_BYTES", str(default.results_max_bytes))),
-            prom_experiment_label=get("PROM_EXPERIMENT_LABEL", default.prom_experiment_label),
-            prom_arm_label=get("PROM_ARM_LABEL", default.prom_arm_label),
-            prom_namespace_label=get("PROM_NAMESPACE_LABEL", default.prom_namespace_label),
-            prom_pod_label=get("PROM_POD_LABEL", default.prom_pod_label),
-            dcgm_namespace_label=get("DCGM_NAMESPACE_LABEL", default.dcgm_namespace_label),
-            dcgm_pod_label=get("DCGM_POD_LABEL", default.dcgm_pod_label),
+            label_names=prometheus.LabelNames.from_env(env),
             prometheus_pod_labels=_parse_labels(prom_labels)
             if prom_labels
             else default.prometheus_pod_labels,

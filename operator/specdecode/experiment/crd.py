@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from specdecode.experiment import spec, status
+from specdecode.experiment import keys, spec, status
 
 _DROP = {"title", "discriminator"}
 
@@ -212,21 +212,21 @@ def build_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{spec.PLURAL}.{spec.API_GROUP}"},
+        "metadata": {"name": f"{keys.PLURAL}.{keys.API_GROUP}"},
         "spec": {
-            "group": spec.API_GROUP,
+            "group": keys.API_GROUP,
             "names": {
-                "kind": spec.KIND,
-                "listKind": f"{spec.KIND}List",
-                "plural": spec.PLURAL,
-                "singular": spec.KIND.lower(),
-                "shortNames": [spec.SHORT_NAME],
+                "kind": keys.KIND,
+                "listKind": f"{keys.KIND}List",
+                "plural": keys.PLURAL,
+                "singular": keys.KIND.lower(),
+                "shortNames": [keys.SHORT_NAME],
                 "categories": ["all"],
             },
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": spec.API_VERSION,
+                    "name": keys.API_VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from specdecode.experiment import advice, spec, validation
+from specdecode.experiment import advice, keys, spec, validation
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ def other_kind(document: Any) -> str | None:
     if not isinstance(document, dict):
         return None
     kind, api_version = document.get("kind"), document.get("apiVersion")
-    if not isinstance(kind, str) or kind == spec.KIND:
+    if not isinstance(kind, str) or kind == keys.KIND:
         return None
-    if isinstance(api_version, str) and api_version.startswith(f"{spec.API_GROUP}/"):
+    if isinstance(api_version, str) and api_version.startswith(f"{keys.API_GROUP}/"):
         return None
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
@@ -168,5 +168,5 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
             for weak in advice.advice(experiment.spec):
                 print(f"{name}: {experiment.name}: warning: {weak}", file=out)
         for skipped in report.skipped:
-            print(f"{skipped}: skipped (not a {spec.KIND})", file=out)
+            print(f"{skipped}: skipped (not a {keys.KIND})", file=out)
     return 2 if failed else 0

@@ -18,14 +18,10 @@ from typing import Any
 
 import yaml
 
-from specdecode.experiment import releases, spec
+from specdecode.experiment import keys, releases, spec
 
 PORT = 8000
 MANAGED_BY = "specdecode-operator"
-LABEL_EXPERIMENT = "specdecode.io/experiment"
-LABEL_ARM = "specdecode.io/arm"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_COMPONENT = "app.kubernetes.io/component"
 EXPERIMENT_FILE = "experiment.yaml"
 SPEC_MOUNT = "/etc/specdecode"
 #: beside SPEC_MOUNT, not inside it: a mount point inside a read-only ConfigMap volume needs the
@@ -35,16 +31,8 @@ DATASET_MOUNT = "/etc/specdecode-dataset"
 API_KEY_ENV = "SPECDECODE_API_KEY"
 JOB_UID_ENV = "SPECDECODE_JOB_UID"
 """The load pod's Job uid (downward API): the results it writes are owned by that Job."""
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-"""Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
 JOB_NAME_ENV = "SPECDECODE_JOB_NAME"
 """The load pod's Job name (downward API): a round's Job is not `<exp>-load` (`rounds.py`)."""
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-"""Set by the Job controller on the Job's pods (Kubernetes >= 1.27)."""
-ROUND_ANNOTATION = "specdecode.io/round"
-"""On an arm's Deployment and pod template: the round it was rendered for (`rounds.py`; absent: the stages)."""
-GENERATION_ANNOTATION = "specdecode.io/generation"
-"""On every child: the experiment generation (`metadata.generation`) it was built for."""
 MODEL_CACHE_VOLUME = "model-cache"
 
 
@@ -118,15 +106,19 @@ class Settings:
 
 def labels(experiment: str, *, arm: spec.Arm | None = None, component: str) -> dict[str, str]:
     """The labels of design.md §2, plus a component."""
-    result = {LABEL_EXPERIMENT: experiment, LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: component}
+    result = {
+        keys.LABEL_EXPERIMENT: experiment,
+        keys.LABEL_MANAGED_BY: MANAGED_BY,
+        keys.LABEL_COMPONENT: component,
+    }
     if arm is not None:
-        result[LABEL_ARM] = arm.value
+        result[keys.LABEL_ARM] = arm.value
     return result
 
 
 def selector(experiment: str, arm: spec.Arm) -> dict[str, str]:
     """The labels that select one arm's pods (also used to find them in Prometheus)."""
-    return {LABEL_EXPERIMENT: experiment, LABEL_ARM: arm.value}
+    return {keys.LABEL_EXPERIMENT: experiment, keys.LABEL_ARM: arm.value}
 
 
 # -------------------------------------------------------------------------------- command lines
@@ -285,7 +277,7 @@ def build_deployment(
         "terminationGracePeriodSeconds": 30,
         "volumes": volumes,
     }
-    round_annotations = {ROUND_ANNOTATION: round_name} if round_name is not None else {}
+    round_annotations = {keys.ROUND_ANNOTATION: round_name} if round_name is not None else {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -363,7 +355,7 @@ def colocation(name: str, colocate: spec.Colocate) -> dict[str, Any]:
     if colocate is spec.Colocate.OFF:
         return {}
     term = {
-        "labelSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+        "labelSelector": {"matchLabels": {keys.LABEL_EXPERIMENT: name, keys.LABEL_COMPONENT: "engine"}},
         "topologyKey": "kubernetes.io/hostname",
     }
     if colocate is spec.Colocate.REQUIRED:
@@ -409,12 +401,16 @@ def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
         "kind": "NetworkPolicy",
         "metadata": {"name": Names(name).network_policy, "labels": labels(name, component="engine")},
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+            "podSelector": {"matchLabels": {keys.LABEL_EXPERIMENT: name, keys.LABEL_COMPONENT: "engine"}},
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
                     "from": [
-                        {"podSelector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "load"}}},
+                        {
+                            "podSelector": {
+                                "matchLabels": {keys.LABEL_EXPERIMENT: name, keys.LABEL_COMPONENT: "load"}
+                            }
+                        },
                         {
                             "namespaceSelector": {},
                             "podSelector": {"matchLabels": dict(settings.prometheus_pod_labels)},
@@ -442,7 +438,7 @@ def build_disruption_budget(name: str) -> dict[str, Any]:
         "metadata": {"name": Names(name).disruption_budget, "labels": labels(name, component="engine")},
         "spec": {
             "maxUnavailable": 0,
-            "selector": {"matchLabels": {LABEL_EXPERIMENT: name, LABEL_COMPONENT: "engine"}},
+            "selector": {"matchLabels": {keys.LABEL_EXPERIMENT: name, keys.LABEL_COMPONENT: "engine"}},
         },
     }
 
@@ -455,13 +451,13 @@ def build_spec_config_map(
 ) -> dict[str, Any]:
     """The experiment document, mounted into the load Job (it plans the same stages as the operator).
 
-    The document carries the `generation` it was rendered for (annotation `GENERATION_ANNOTATION`),
+    The document carries the `generation` it was rendered for (annotation `keys.GENERATION_ANNOTATION`),
     and the load Job refuses a document of another generation than its `--generation`: a load never
     measures one spec while its results are filed under another.
     """
     metadata: dict[str, Any] = {"name": name}
     if generation is not None:
-        metadata["annotations"] = {GENERATION_ANNOTATION: str(generation)}
+        metadata["annotations"] = {keys.GENERATION_ANNOTATION: str(generation)}
     minimal = {
         "apiVersion": document.get("apiVersion"),
         "kind": document.get("kind"),
@@ -483,7 +479,7 @@ def document_generation(document: dict[str, Any]) -> int | None:
     """The generation an experiment document was rendered for (`build_spec_config_map`), if any."""
     metadata = document.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    value = annotations.get(GENERATION_ANNOTATION) if isinstance(annotations, dict) else None
+    value = annotations.get(keys.GENERATION_ANNOTATION) if isinstance(annotations, dict) else None
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
@@ -530,11 +526,11 @@ def build_load_job(
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {
             "name": JOB_UID_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_UID_LABEL}']"}},
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{keys.JOB_UID_LABEL}']"}},
         },
         {
             "name": JOB_NAME_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}},
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{keys.JOB_NAME_LABEL}']"}},
         },
     ]
     if s.engine.api_key_secret is not None:

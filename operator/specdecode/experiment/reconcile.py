@@ -37,12 +37,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specdecode.experiment import advice, degradations, fairness, placement, releases, rounds, spec, status
+from specdecode.experiment import (
+    advice,
+    degradations,
+    fairness,
+    keys,
+    placement,
+    releases,
+    rounds,
+    spec,
+    status,
+)
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Round, Verdict
 
 RETRYING = "retrying: "
-ABORT_ANNOTATION = f"{spec.API_GROUP}/abort"
-"""Set to the experiment's `metadata.generation` to abort that generation (`kubectl specdecode abort`)."""
 """How status.message starts while a fault (or a transient collection failure) is retried."""
 
 # Container waiting reasons that will not fix themselves; the experiment fails at once.
@@ -92,7 +100,7 @@ class PodState:
     restarts: int = 0
     image_id: str | None = None
     round: str | None = None
-    """The round the pod was rendered for (`rounds.ROUND_ANNOTATION`; None: the stages)."""
+    """The round the pod was rendered for (`keys.ROUND_ANNOTATION`; None: the stages)."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +240,7 @@ class Subject:
     """None when the spec is invalid (then `problems` says why)."""
     problems: Sequence[str] = ()
     aborted: bool = False
-    """`ABORT_ANNOTATION` names this generation: end it now (Failed, reason Aborted)."""
+    """`keys.ABORT_ANNOTATION` names this generation: end it now (Failed, reason Aborted)."""
 
 
 def needs_reconcile(current: ExperimentStatus, generation: int) -> bool:
@@ -388,7 +396,7 @@ def _deploying(
                 "PrometheusNoData",
                 f"both arms are Ready but Prometheus did not report them scraped within spec.deadlines.deploy "
                 f"({s.deadlines.deploy}): it is unreachable, or does not scrape pods labelled "
-                f"specdecode.io/experiment={subject.name}; check spec.prometheus.url and its scrape config",
+                f"{keys.LABEL_EXPERIMENT}={subject.name}; check spec.prometheus.url and its scrape config",
                 observed,
             )
         note = "both arms Ready; waiting for Prometheus to scrape them"
@@ -670,7 +678,7 @@ def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now:
         subject,
         now,
         "Aborted",
-        f"aborted by the annotation {ABORT_ANNOTATION} while {was}; the arms and the load Job are deleted",
+        f"aborted by the annotation {keys.ABORT_ANNOTATION} while {was}; the arms and the load Job are deleted",
     )
     actions = [Action.DELETE_STALE] if observed.stale_children else []
     if any(a.exists for a in observed.arms.values()):

@@ -8,7 +8,7 @@ and goes through the phases again:
 
 - **Deploying**: the arms the round starts again (`started`) are re-rendered (`arm_spec`) and
   pinned to the round's nodes (`status.rounds[].nodes`); the round waits for their new pods
-  (annotated `ROUND_ANNOTATION`) to be Ready.
+  (annotated `keys.ROUND_ANNOTATION`) to be Ready.
 - **Running**: the round's own load Job `<exp>-load-<round>` reads the round's spec (`load_spec`)
   and plans with the first Job's salt, so every round sends the same prompts on the same schedule.
 - **Analyzing**: everything is judged again from the stored results, with every round measured so
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdecode.experiment import confirm, crossover, manifests, search, spec
+from specdecode.experiment import confirm, crossover, search, spec
 from specdecode.experiment.status import CrossoverPlacement, Environment, ExperimentStatus, Round
 
 CROSSOVER = "Crossover"
@@ -44,7 +44,6 @@ MEASURED = "Measured"
 """`status.rounds[].outcome`: the round's load Job finished."""
 FAILED = "Failed"
 """`status.rounds[].outcome`: the round could not be measured (`message` says why)."""
-ROUND_ANNOTATION = manifests.ROUND_ANNOTATION
 
 
 def current(st: ExperimentStatus) -> Round | None:

@@ -23,12 +23,6 @@ from pydantic.alias_generators import to_camel
 
 from specdecode.experiment import sweep
 
-API_GROUP = "specdecode.io"
-API_VERSION = "v1alpha1"
-KIND = "SpecDecodeExperiment"
-PLURAL = "specdecodeexperiments"
-SHORT_NAME = "sdx"
-
 #: the longest experiment name whose children (`<name>-treatment`, ...) are still DNS labels
 MAX_NAME_LENGTH = 53
 

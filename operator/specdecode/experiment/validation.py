@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specdecode.experiment import releases, simprofiles, spec
+from specdecode.experiment import keys, releases, simprofiles, spec
 
 # SpeculativeConfig fields a user may set through `speculative.extra` in some supported release
 # (reference §1.2; which release has which: `releases.py`), minus the ones that have a typed field
@@ -171,11 +171,11 @@ def check_document(document: Any) -> list[Problem]:
         ]
     problems: list[Problem] = []
     api_version = document.get("apiVersion")
-    expected = f"{spec.API_GROUP}/{spec.API_VERSION}"
+    expected = keys.GROUP_VERSION
     if api_version != expected:
         problems.append(Problem("apiVersion", f"must be {expected!r}, got {api_version!r}"))
-    if document.get("kind") != spec.KIND:
-        problems.append(Problem("kind", f"must be {spec.KIND!r}, got {document.get('kind')!r}"))
+    if document.get("kind") != keys.KIND:
+        problems.append(Problem("kind", f"must be {keys.KIND!r}, got {document.get('kind')!r}"))
     metadata = document.get("metadata")
     if not isinstance(metadata, Mapping):
         problems.append(Problem("metadata", "is required, with at least a name"))

@@ -44,8 +44,6 @@ import yaml
 from rich.console import Console
 
 from specdecode import exit_status
-from specdecode.controller import collect, prometheus
-from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     advice,
     confirm,
@@ -69,6 +67,7 @@ from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner, workload
 from specdecode.local import engines, hosts, view
 from specdecode.report import results, terminal
+from specdecode.sources import prometheus
 
 EXPERIMENT_FILE = "experiment.yaml"
 #: The swapped round's load (`analysis.crossover`): DIR/crossover/requests.jsonl, windows.json, ...
@@ -680,19 +679,19 @@ class _Run:
 
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
-        settings = OperatorSettings.from_env()
+        names = prometheus.LabelNames.from_env()
         source = prometheus.PrometheusSource(self.spec.prometheus.url)
 
         def query(
             windows: list[records.StageWindow], anchor: records.RunAnchor, arms: Sequence[spec.Arm]
         ) -> list[records.StageWindow]:
-            return collect.with_prometheus(
+            return prometheus.with_prometheus(
                 source,
                 windows,
                 anchor,
                 namespace=self.experiment.namespace,
                 name=self.experiment.name,
-                settings=settings,
+                names=names,
                 arms=arms,
             )
 

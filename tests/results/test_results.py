@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from specdecode.controller import kube, results
-from specdecode.experiment import manifests, validation
+from specdecode import results
+from specdecode.experiment import keys, validation
 from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document
 from tests.report import synthetic
@@ -58,7 +58,7 @@ def test_results_round_trip_through_config_maps() -> None:
     )
     assert maps[0]["metadata"]["ownerReferences"] == [JOB_OWNER]
     assert maps[0]["metadata"]["labels"]["specdecode.io/results"] == "exp"
-    assert maps[0]["metadata"]["annotations"][manifests.GENERATION_ANNOTATION] == "3"
+    assert maps[0]["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "3"
     assert download(stored(results.pack(FILES))) == FILES
 
 
@@ -75,7 +75,7 @@ def test_large_results_are_split_below_the_object_limit() -> None:
 
 def test_a_missing_part_is_named() -> None:
     client = stored(results.pack({"requests.jsonl": os.urandom(2_000_000).hex()}))
-    del client.store[(kube.CONFIG_MAP, "exp-results-1")]
+    del client.store[(results.CONFIG_MAP, "exp-results-1")]
     with pytest.raises(results.ResultsMissing, match=r"result part 1 of \d \(exp-results-1\) is missing"):
         download(client)
 
@@ -100,7 +100,7 @@ def test_a_foreign_config_map_labelled_for_the_experiment_is_never_read() -> Non
     )
     client.add(forged)
     assert download(client) == FILES
-    assert ("GET", kube.CONFIG_MAP, "zz-forged-0") not in client.reads
+    assert ("GET", results.CONFIG_MAP, "zz-forged-0") not in client.reads
     assert not any(method.startswith("LIST") for method, _, _ in client.reads)
 
 
@@ -124,8 +124,8 @@ def test_results_of_another_generation_or_none_are_untrusted() -> None:
     with pytest.raises(results.ResultsUntrusted, match="generation 2, not 3"):
         download(stored(results.pack(FILES), generation=2))
     client = stored(results.pack(FILES))
-    del client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][
-        manifests.GENERATION_ANNOTATION
+    del client.named(results.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][
+        keys.GENERATION_ANNOTATION
     ]
     with pytest.raises(results.ResultsUntrusted, match="generation None, not 3"):
         download(client)
@@ -148,7 +148,7 @@ def test_parts_of_different_uploads_do_not_join() -> None:
 
 def test_a_part_rewritten_in_place_fails_its_digest() -> None:
     client = stored(results.pack(FILES))
-    part = client.named(kube.CONFIG_MAP, "exp-results-0")
+    part = client.named(results.CONFIG_MAP, "exp-results-0")
     part["binaryData"][results.DATA_KEY] = base64.b64encode(
         results.pack({"requests.jsonl": "FORGED"})[0]
     ).decode()
@@ -176,7 +176,7 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory() -> None:
 
 def test_more_parts_than_the_operator_reads_are_refused_before_reading_them() -> None:
     client = stored(results.pack(FILES))
-    client.named(kube.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][results.PART_ANNOTATION] = (
+    client.named(results.CONFIG_MAP, "exp-results-0")["metadata"]["annotations"][keys.PART_ANNOTATION] = (
         "0/100000"
     )
     with pytest.raises(results.ResultsTooLarge, match="announces 100000 parts"):
@@ -186,7 +186,7 @@ def test_more_parts_than_the_operator_reads_are_refused_before_reading_them() ->
 
 def test_an_oversized_part_is_refused() -> None:
     client = stored(results.pack(FILES))
-    part = client.named(kube.CONFIG_MAP, "exp-results-0")
+    part = client.named(results.CONFIG_MAP, "exp-results-0")
     part["binaryData"][results.DATA_KEY] = base64.b64encode(b"x" * (results.PART_BYTES + 100)).decode()
     with pytest.raises(results.ResultsTooLarge, match="larger than a part"):
         download(client)
@@ -221,7 +221,7 @@ def test_a_part_labelled_with_another_index_or_count_is_refused(label: str) -> N
     """Part 1 of 2 must say `1/2`: a label that sorts before or after it is another part or upload
     (mutation benchmark survivor: `!=` -> `<` let every label after `1/2` through)."""
     client = stored(results.pack({"requests.jsonl": os.urandom(1_000_000).hex()}))
-    part = client.named(kube.CONFIG_MAP, "exp-results-1")
-    part["metadata"]["annotations"][results.PART_ANNOTATION] = label
+    part = client.named(results.CONFIG_MAP, "exp-results-1")
+    part["metadata"]["annotations"][keys.PART_ANNOTATION] = label
     with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
         download(client)

@@ -7,6 +7,10 @@ limit). Every part carries its place (`specdecode.io/part: i/N`), the generation
 same on every part of one upload), and is owned by the experiment (deleting it removes them) and by
 the load Job that wrote it (the Job's uid comes to its pod through the downward API).
 
+The load Job uploads (`upload`, from cli.py), the operator downloads and parses (`download`,
+`parse`), `kubectl specdecode watch` unpacks what it lists: so this module reaches Kubernetes only
+through `ConfigMaps`, the two calls of `controller.kube.Kube` it needs, and imports only the core.
+
 The operator trusts labels for nothing. It reads exactly `<exp>-results-0` .. `-N-1`, one GET each,
 so a ConfigMap of any other name is never read, and uses a part only when it is owned by this
 generation's load Job (the uid the operator observed), annotated with this generation and its
@@ -39,18 +43,30 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from specdecode.controller.kube import CONFIG_MAP, Kube
-from specdecode.experiment import manifests, spec
+from specdecode.experiment import keys, manifests, records, spec
 
 FILES = ("requests.jsonl", "windows.json", "loadgen-summary.json")
 # ConfigMaps are limited to 1 MiB in total; base64 grows data by 4/3, so 700 KiB of gzip per part.
 PART_BYTES = 700 * 1024
-LABEL_RESULTS = "specdecode.io/results"
-PART_ANNOTATION = "specdecode.io/part"
-DIGEST_ANNOTATION = "specdecode.io/bundle-digest"
 DATA_KEY = "bundle.json.gz"
+
+
+CONFIG_MAP = ("v1", "ConfigMap")
+"""The kind the parts are stored as, as `ConfigMaps.get` names a kind (apiVersion, kind)."""
+
+
+class ConfigMaps(Protocol):
+    """The two Kubernetes calls the results make (`controller.kube.Kube` has them; so do tests' fakes)."""
+
+    async def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when there is none."""
+        ...
+
+    async def put(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Create the object, or replace it."""
+        ...
 
 
 class ResultsError(Exception):
@@ -196,12 +212,12 @@ def build_config_maps(
             "name": f"{prefix}-{i}",
             "labels": {
                 **manifests.labels(experiment, component="results"),
-                LABEL_RESULTS: experiment,
+                keys.LABEL_RESULTS: experiment,
             },
-            "annotations": {PART_ANNOTATION: f"{i}/{len(parts)}", DIGEST_ANNOTATION: bundle},
+            "annotations": {keys.PART_ANNOTATION: f"{i}/{len(parts)}", keys.DIGEST_ANNOTATION: bundle},
         }
         if generation is not None:
-            metadata["annotations"][manifests.GENERATION_ANNOTATION] = str(generation)
+            metadata["annotations"][keys.GENERATION_ANNOTATION] = str(generation)
         if owners:
             metadata["ownerReferences"] = [dict(owner) for owner in owners]
         maps.append(
@@ -215,13 +231,26 @@ def build_config_maps(
     return maps
 
 
+def parse(
+    files: Mapping[str, str],
+) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+    """The load Job's files -> records, the run's clock anchor, stage windows and summary."""
+    lines = files.get("requests.jsonl", "").splitlines()
+    recs = [records.RequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    windows_doc = json.loads(files.get("windows.json") or "{}")
+    anchor = records.RunAnchor.model_validate(windows_doc.get("anchor") or {"monotonic": 0.0, "wall": 0.0})
+    windows = [records.StageWindow.model_validate(w) for w in windows_doc.get("windows", [])]
+    summary = json.loads(files.get("loadgen-summary.json") or "{}")
+    return recs, anchor, windows, summary
+
+
 def read_dir(directory: Path) -> dict[str, str]:
     """The result files present in a directory."""
     return {name: (directory / name).read_text() for name in FILES if (directory / name).exists()}
 
 
 async def upload(
-    kube: Kube,
+    kube: ConfigMaps,
     directory: Path,
     *,
     namespace: str,
@@ -240,7 +269,7 @@ async def upload(
 
 
 async def download(
-    kube: Kube,
+    kube: ConfigMaps,
     *,
     namespace: str,
     experiment: str,
@@ -264,7 +293,7 @@ async def download(
             f"{prefix}-0 announces {total} parts, more than the {limits.max_parts} "
             f"the operator reads ({_mib(limits.max_bytes)}, SPECDECODE_RESULTS_MAX_BYTES)"
         )
-    bundle = _annotation(first, DIGEST_ANNOTATION)
+    bundle = _annotation(first, keys.DIGEST_ANNOTATION)
     hashed = hashlib.sha256()
     inflater = _Inflater(limits.max_bytes)
     for i in range(total):
@@ -304,12 +333,15 @@ def _trusted_part(
     )
     if not owned:
         raise ResultsUntrusted(f"ConfigMap {name} is not owned by the load Job {job_name} (uid {job_uid})")
-    written_for = _annotation(cm, manifests.GENERATION_ANNOTATION)
+    written_for = _annotation(cm, keys.GENERATION_ANNOTATION)
     if written_for != str(generation):
         raise ResultsUntrusted(
             f"ConfigMap {name} holds results of generation {written_for}, not {generation}"
         )
-    if _annotation(cm, PART_ANNOTATION) != f"{index}/{total}" or _annotation(cm, DIGEST_ANNOTATION) != bundle:
+    if (
+        _annotation(cm, keys.PART_ANNOTATION) != f"{index}/{total}"
+        or _annotation(cm, keys.DIGEST_ANNOTATION) != bundle
+    ):
         raise ResultsCorrupt(f"ConfigMap {name} is not part {index}/{total} of the same upload as part 0")
     data = (cm.get("binaryData") or {}).get(DATA_KEY)
     if not isinstance(data, str):
@@ -323,10 +355,10 @@ def _trusted_part(
 
 
 def _total(cm: Mapping[str, Any], prefix: str) -> int:
-    place = _annotation(cm, PART_ANNOTATION) or ""
+    place = _annotation(cm, keys.PART_ANNOTATION) or ""
     index, _, total = place.partition("/")
     if index != "0" or not total.isdigit() or int(total) < 1:
-        raise ResultsCorrupt(f"{prefix}-0: annotation {PART_ANNOTATION}={place!r} is not 0/<parts>")
+        raise ResultsCorrupt(f"{prefix}-0: annotation {keys.PART_ANNOTATION}={place!r} is not 0/<parts>")
     return int(total)
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from specdecode.controller import prometheus
 from specdecode.experiment import promql
+from specdecode.sources import prometheus
 
 LABELS = {"namespace": "llm", "specdecode_io_experiment": "exp", "specdecode_io_arm": "treatment"}
 

@@ -1,7 +1,9 @@
 """Server-side measurements from Prometheus, through `prometheus-api-client`.
 
 `PrometheusSource` implements the core's `promql.MetricsSource`; `arm_metrics` turns the queries of
-`experiment.promql` into the `ArmServerMetrics` the verdict reads. An unreachable Prometheus raises
+`experiment.promql` into the `ArmServerMetrics` the verdict reads, and `with_prometheus` fills each
+stage window with both arms' (the operator's collection and `run --local` alike). `LabelNames`
+says under which labels Prometheus keeps the arms' pod labels (`SPECDECODE_PROM_*`, set by the chart). An unreachable Prometheus raises
 `PrometheusUnavailable` (transient: retried); one whose answer has an unexpected shape (no `data`,
 a non-numeric `position` label, an infinite counter) `PrometheusBadResponse`, a kind of it; a
 Prometheus that does not scrape the arm's pods gives `PrometheusNoData` (the experiment fails: it
@@ -16,15 +18,55 @@ a body could be anything the operator's network position can read).
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from specdecode.experiment import kvcache, promql, records, status, telemetry
+from specdecode.experiment import kvcache, promql, records, spec, status, telemetry
+
+
+@dataclass(frozen=True)
+class LabelNames:
+    """The Prometheus labels that hold what the arms' series are selected by: Prometheus renames the
+    pods' labels as its scrape config says (the chart's PodMonitor writes these names)."""
+
+    experiment: str = "specdecode_io_experiment"
+    """Prometheus label holding the pod's `specdecode.io/experiment` label."""
+    arm: str = "specdecode_io_arm"
+    """Prometheus label holding the pod's `specdecode.io/arm` label."""
+    namespace: str = "namespace"
+    """Prometheus label holding the pod's namespace."""
+    pod: str = "pod"
+    """Prometheus label holding the pod's name."""
+    dcgm_namespace: str = "namespace"
+    """Label of NVIDIA's DCGM exporter series naming the namespace of the pod that holds the GPU
+    (`exported_namespace` where Prometheus scrapes the exporter without `honor_labels`)."""
+    dcgm_pod: str = "pod"
+    """Label of the DCGM exporter series naming the pod that holds the GPU (`exported_pod` likewise)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LabelNames:
+        """The names from `SPECDECODE_PROM_*` and `SPECDECODE_DCGM_*` variables, else the defaults."""
+        env = os.environ if env is None else env
+        default = cls()
+
+        def get(key: str, fallback: str) -> str:
+            return env.get(f"SPECDECODE_{key}", fallback)
+
+        return cls(
+            experiment=get("PROM_EXPERIMENT_LABEL", default.experiment),
+            arm=get("PROM_ARM_LABEL", default.arm),
+            namespace=get("PROM_NAMESPACE_LABEL", default.namespace),
+            pod=get("PROM_POD_LABEL", default.pod),
+            dcgm_namespace=get("DCGM_NAMESPACE_LABEL", default.dcgm_namespace),
+            dcgm_pod=get("DCGM_POD_LABEL", default.dcgm_pod),
+        )
 
 
 class PrometheusUnavailable(Exception):
@@ -154,6 +196,54 @@ def kv_capacity(
         if (capacity := kvcache.from_labels(sample.labels)) is not None
     ]
     return min(found, key=lambda capacity: capacity.tokens) if found else None
+
+
+def arm_labels(names: LabelNames, namespace: str, name: str, arm: spec.Arm) -> dict[str, str]:
+    """The Prometheus labels of one arm's pods."""
+    return {
+        names.namespace: namespace,
+        names.experiment: name,
+        names.arm: arm.value,
+    }
+
+
+def with_prometheus(
+    source: promql.MetricsSource,
+    windows: list[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    namespace: str,
+    name: str,
+    names: LabelNames,
+    arms: Sequence[spec.Arm] = tuple(spec.Arm),
+) -> list[records.StageWindow]:
+    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra).
+
+    `arms`: the arms that ran in these windows (`run --local` on one GPU runs them one after the other).
+    """
+    updated = []
+    for window in windows:
+        start = anchor.wall + window.start
+        end = anchor.wall + window.end
+        server = {}
+        for arm in arms:
+            labels = arm_labels(names, namespace, name, arm)
+            metrics = arm_metrics(
+                source,
+                labels,
+                start=start,
+                end=end,
+                speculative=arm is spec.Arm.TREATMENT,
+                pod_label=names.pod,
+            )
+            direct = window.server.get(arm.value)
+            if direct is not None:
+                metrics = metrics.model_copy(
+                    update={"extra": {**metrics.extra, "direct": direct.model_dump()}}
+                )
+            server[arm.value] = metrics
+        updated.append(window.model_copy(update={"server": server}))
+    return updated
 
 
 def _ms(seconds: float | None) -> float | None:
