@@ -21,7 +21,7 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from specdecode.experiment import spec
+from specdecode.experiment import keys
 
 # (apiVersion, kind) -> collection path in a namespace.
 _COLLECTIONS: dict[tuple[str, str], str] = {
@@ -45,9 +45,7 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ),
     ("policy/v1", "PodDisruptionBudget"): "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
     ("coordination.k8s.io/v1", "Lease"): "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
-    (f"{spec.API_GROUP}/{spec.API_VERSION}", spec.KIND): (
-        f"/apis/{spec.API_GROUP}/{spec.API_VERSION}/namespaces/{{namespace}}/{spec.PLURAL}"
-    ),
+    (keys.GROUP_VERSION, keys.KIND): f"/apis/{keys.GROUP_VERSION}/namespaces/{{namespace}}/{keys.PLURAL}",
 }
 
 KindRef = tuple[str, str]
@@ -64,7 +62,7 @@ SERVICE: KindRef = ("v1", "Service")
 NODE: KindRef = ("v1", "Node")
 LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
 DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
-EXPERIMENT: KindRef = (f"{spec.API_GROUP}/{spec.API_VERSION}", spec.KIND)
+EXPERIMENT: KindRef = (keys.GROUP_VERSION, keys.KIND)
 
 
 # Threads (and pooled connections) for API calls in flight at once.
