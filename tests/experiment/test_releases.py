@@ -94,6 +94,8 @@ def test_a_key_the_release_lacks_is_refused_naming_the_release() -> None:
     }
     assert problems(engine={"vllmVersion": "0.20.0"}, speculative=tree) == []
     assert "it needs vLLM < 0.21" in problems(engine={"vllmVersion": "0.21.0"}, speculative=tree)[0]
+    # and every later release (mutation benchmark survivor: `rules != until` for `rules < until`)
+    assert "it needs vLLM < 0.21" in problems(engine={"vllmVersion": "0.33.0"}, speculative=tree)[0]
 
 
 def test_values_that_changed_between_releases_follow_the_release() -> None:

@@ -220,3 +220,18 @@ def test_describe_names_why_it_stopped_and_every_probe_in_order() -> None:
         "break-even search over concurrency: MaxProbes (stopped after 2 probes); "
         "probes: search1-c1 Pass 1.20x, search2-c64 Fail"
     )
+
+
+def test_a_probe_is_judged_on_its_own_stage_s_measured_records() -> None:
+    """The probe's records are found by the stage's name, whatever string object carries it (mutation
+    benchmark survivor in search: `is` for `==`): a 1.4x treatment passes on every pair."""
+    from tests.report import synthetic
+
+    doc = experiment_document()
+    doc["spec"]["workload"] = {"stages": [{"name": "search1-c4", "concurrency": 4}], "requestsPerStage": 60}
+    s, _ = validation.parse_experiment(doc)
+    records, windows = synthetic.run(s, speedup=1.4, n=60)
+    probe = spec.Stage(name="".join(["search1", "-c4"]), concurrency=4, requests=60)
+    judged = search.judge_probe(s, probe, records, windows, validity=None, index=1)
+    assert judged.speedup is not None and judged.speedup.n == 60
+    assert judged.verdict is status.StageVerdict.PASS

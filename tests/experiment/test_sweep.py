@@ -140,3 +140,12 @@ def test_the_sweep_example_expands_to_seven_doubling_stages(capsys: pytest.Captu
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"{path}: sim-sweep: workload.sweep (concurrency) -> 7 stages: c1, c2, c4, c8, c16, c32, c64"
     )
+
+
+def test_a_sweep_s_requests_go_to_every_stage_it_makes() -> None:
+    """(mutation benchmark survivor in sweep: the requests attached only when absent)"""
+    assert sweep.expand("concurrency", [1, 4], requests=32) == [
+        {"name": "c1", "concurrency": 1, "requests": 32},
+        {"name": "c4", "concurrency": 4, "requests": 32},
+    ]
+    assert sweep.expand("concurrency", [2]) == [{"name": "c2", "concurrency": 2}]

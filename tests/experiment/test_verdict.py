@@ -853,3 +853,48 @@ def test_a_quantile_change_s_bootstrap_interval_narrows_with_the_confidence_and_
     low95, _, high95 = interval(0.95)
     assert low50 < ratio < high50
     assert low95 < low50 and high50 < high95
+
+
+def test_per_request_acceptance_merges_histograms_of_any_length() -> None:
+    """Two requests' acceptance histograms of 2 and 5 bins: summed bin by bin, the per-position rates
+    and the mean acceptance length from them (mutation benchmark survivors in acceptance: the padding
+    `len ^ len`, the mean length `accepted % steps`)."""
+
+    def treated(index: int, accepted: int, steps: int, hist: list[int]) -> RequestRecord:
+        return RequestRecord(
+            stage="s",
+            index=index,
+            arm="treatment",
+            ok=True,
+            sent=0.0,
+            end=1.0,
+            completion_tokens=10,
+            spec_decode={
+                "num_accepted_draft_tokens": accepted,
+                "num_draft_tokens": 4 * steps,
+                "num_spec_steps": steps,
+                "acceptance_histogram": hist,
+                "num_spec_tokens": 4,
+            },
+        )
+
+    got = acceptance.acceptance([treated(0, 1, 2, [1, 1]), treated(1, 4, 4, [0, 1, 1, 1, 1])], None, k=4)
+    assert got is not None
+    assert got.per_position == pytest.approx([5 / 6, 3 / 6, 2 / 6, 1 / 6])
+    assert got.mean_length == pytest.approx(1 + 5 / 6)
+    assert got.rate == pytest.approx(5 / 24)
+
+
+def test_tail_speed_ups_are_the_quantile_ratios_of_the_paired_samples() -> None:
+    """Control spread over 8-12 ms, treatment 5 ms flat: each tail's speed-up is the control's quantile
+    over 5 ms (mutation benchmark survivor in comparison: the finite-and-positive mask built with `<<`,
+    an integer index that keeps the first pair 200 times)."""
+    rng = np.random.default_rng(5)
+    control = rng.uniform(8.0, 12.0, size=200)
+    tails = comparison.quantile_speedups(
+        control, np.full(200, 5.0), metric="tpot", confidence=0.95, rng=np.random.default_rng(1)
+    )
+    assert [t.quantile for t in tails] == [0.5, 0.9, 0.99]
+    assert [t.estimate for t in tails] == pytest.approx(
+        [float(np.quantile(control, q)) / 5.0 for q in (0.5, 0.9, 0.99)]
+    )
