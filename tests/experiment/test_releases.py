@@ -138,3 +138,11 @@ def test_the_recommendation_offers_what_the_release_has() -> None:
             assert rec.note is not None
             assert "vLLM 0.20 has no num_speculative_tokens_per_batch_size" in rec.note
             assert "--max-num-seqs" in rec.note
+
+
+def test_a_release_without_its_patch_number_is_its_first_patch() -> None:
+    """(mutation benchmark survivor in releases: `0.27` read as 0.27.1)"""
+    assert releases.parse("0.27") == (0, 27, 0)
+    assert releases.parse("v0.33.0") == (0, 33, 0)
+    assert releases.parse("0.20.1.post1") == (0, 20, 1)
+    assert releases.parse("latest") is None

@@ -417,3 +417,35 @@ def test_parse_experiment_raises_with_every_problem() -> None:
     with pytest.raises(validation.InvalidSpecError) as caught:
         validation.parse_experiment(document)
     assert len(caught.value.problems) == 2
+
+
+def test_a_synthetic_acceptance_length_may_be_k_plus_one_and_no_more() -> None:
+    """k = 4: 1 and 5 (every draft token accepted, plus the bonus token) are lengths vLLM accepts, 5.5
+    is not (mutation benchmark survivor in validation: the upper bound as `is not k + 1`)."""
+    base = {"method": "ngram", "numSpeculativeTokens": 4}
+
+    def length_problems(length: float) -> list[str]:
+        extra = {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": length}
+        return [p for p in speculative(**base, extra=extra) if "synthetic_acceptance_length" in p]
+
+    assert length_problems(1) == [] and length_problems(5) == [] and length_problems(2.5) == []
+    assert length_problems(5.5) == [
+        "spec.speculative.extra.synthetic_acceptance_length: must be in [1, k+1] = [1, 5]"
+    ]
+
+
+def test_a_draft_may_share_the_target_s_tensor_parallel_size() -> None:
+    """Draft TP 1 or the target's (here 2), nothing else (mutation benchmark survivor in validation: the
+    target's size dropped from what is allowed)."""
+    engine = {"args": ["--tensor-parallel-size", "2"]}
+    draft = {"method": "draft_model", "model": "d", "numSpeculativeTokens": 3}
+    tp = [
+        p
+        for p in problems(engine=engine, speculative={**draft, "draftTensorParallelSize": 2})
+        if "Parallel" in p
+    ]
+    assert tp == []
+    refused = problems(engine=engine, speculative={**draft, "draftTensorParallelSize": 4})
+    assert any(
+        "draftTensorParallelSize: must be 1 or the target's tensor parallel size (2)" in p for p in refused
+    )

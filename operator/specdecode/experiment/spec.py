@@ -921,7 +921,8 @@ class AnalysisSpec(Model):
     pinned to the other's node: `status.rounds`); `specdecode run --local` swaps the arms' GPU sets.
     Arms on one node have nothing to swap (`SamePlacement`)."""
     crossover_fraction: float = Field(default=0.5, gt=0, le=1)
-    """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs)."""
+    """The swapped round's share of each stage's requests, in (0, 1] (0.5: half as many pairs; at least
+    10 requests a stage)."""
     confirm: bool = False
     """After the stages, restart the treatment with the recommended `num_speculative_tokens_per_batch_size`
     and run the stages against the control again; `status.recommendation.confirmed` is true only if no
