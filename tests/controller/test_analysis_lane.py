@@ -14,6 +14,7 @@ import pytest
 from specdecode import results
 from specdecode.controller import collect
 from specdecode.controller.settings import OperatorSettings
+from specdecode.experiment import reconcile, status
 from tests.controller.fake_kube import FakeKube
 
 JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "exp-load", "uid": "job-uid"}
@@ -89,22 +90,31 @@ def test_one_experiment_is_collected_at_a_time_so_only_its_results_are_held(
     runs alone (benchmarks/README.md, "Many experiments")."""
     inside = most = 0
 
-    async def slow_collection(*_: Any, **__: Any) -> str:
+    async def slow_read(*_: Any, **__: Any) -> Any:
+        """The first step of a collection (and of a salvage), slowed down: reading the results."""
         nonlocal inside, most
         inside += 1
         most = max(most, inside)
         await asyncio.sleep(0.02)  # reading results, asking Prometheus: the loop goes on meanwhile
         inside -= 1
-        return "judged"
+        return reconcile.CollectFailure("NoResults", "none")
 
-    monkeypatch.setattr(collect, "_collect", slow_collection)
-    monkeypatch.setattr(collect, "_salvage", slow_collection)
+    async def unreadable(*args: Any, **kwargs: Any) -> Any:
+        await slow_read()
+        raise results.ResultsError("unreadable")
+
+    monkeypatch.setattr(collect, "measured", slow_read)
+    monkeypatch.setattr(collect, "read_results", unreadable)
+    failed = status.ExperimentStatus(phase=status.Phase.FAILED)
+    body = {"metadata": {"name": "exp", "namespace": "ns"}}
 
     async def scenario() -> list[Any]:
         kwargs: dict[str, Any] = {"job_uids": {}}
-        calls = [collect.collect(FakeKube(), {}, None, None, None, **kwargs) for _ in range(5)]  # type: ignore[arg-type]
-        calls += [collect.salvage(FakeKube(), {}, None, None, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
+        calls = [collect.collect(FakeKube(), body, None, None, None, **kwargs) for _ in range(5)]  # type: ignore[arg-type]
+        calls += [collect.salvage(FakeKube(), body, None, failed, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
         return list(await asyncio.gather(*calls))
 
-    assert asyncio.run(scenario()) == ["judged"] * 8
+    outcomes = asyncio.run(scenario())
+    assert [o.reason for o in outcomes[:5]] == ["NoResults"] * 5
+    assert outcomes[5:] == [failed] * 3  # a salvage that finds nothing leaves the status as it was
     assert most == 1

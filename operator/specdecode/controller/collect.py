@@ -24,7 +24,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -68,6 +68,17 @@ def one_collection() -> asyncio.Lock:
     if lock is None:
         lock = _collections[loop] = asyncio.Lock()
     return lock
+
+
+def one_at_a_time(fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """`fn` holds `one_collection()` while it runs: one experiment's parsed records in memory at a time."""
+
+    @functools.wraps(fn)
+    async def holding(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        async with one_collection():
+            return await fn(*args, **kwargs)
+
+    return holding
 
 
 async def in_analysis_lane(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -328,6 +339,7 @@ async def measured(
     return recs, anchor, windows, summary
 
 
+@one_at_a_time
 async def collect(
     kube: Kube,
     body: Mapping[str, Any],
@@ -344,19 +356,6 @@ async def collect(
     recommendation rests on them too), the crossover's (`crossover.apply`), then the confirmation's
     (`confirm.fold`). One experiment at a time (`one_collection`).
     """
-    async with one_collection():
-        return await _collect(kube, body, experiment, current, settings, job_uids=job_uids)
-
-
-async def _collect(
-    kube: Kube,
-    body: Mapping[str, Any],
-    experiment: spec.ExperimentSpec,
-    current: status.ExperimentStatus,
-    settings: OperatorSettings,
-    *,
-    job_uids: Mapping[str | None, str | None],
-) -> reconcile.Judgement | reconcile.CollectFailure:
     metadata = body["metadata"]
     name = metadata["name"]
     first = await measured(kube, metadata, experiment, settings, job_uid=job_uids.get(None))
@@ -604,6 +603,7 @@ async def _confirmation(
     return folded, None, None
 
 
+@one_at_a_time
 async def salvage(
     kube: Kube,
     body: Mapping[str, Any],
@@ -621,19 +621,6 @@ async def salvage(
     asked as for a full run; if it cannot answer, the stages keep the load Job's own figures.
     One experiment at a time (`one_collection`).
     """
-    async with one_collection():
-        return await _salvage(kube, body, experiment, failed, settings, job_uid=job_uid)
-
-
-async def _salvage(
-    kube: Kube,
-    body: Mapping[str, Any],
-    experiment: spec.ExperimentSpec,
-    failed: status.ExperimentStatus,
-    settings: OperatorSettings,
-    *,
-    job_uid: str | None,
-) -> status.ExperimentStatus:
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     try:
