@@ -138,10 +138,11 @@ async def _reconcile(
         events.extend(decision.events)
         if not _goes_straight_on(current, decision.status, generation):
             break
-        # The phase it goes on from is written first: `kubectl get -w` and `kubectl specdecode watch`
-        # show Analyzing while the results are judged (seconds for a big run), not Running.
+        # Analyzing is written before the judging: `kubectl get -w` and `kubectl specdecode watch` show
+        # it while the results are judged (seconds for a big run), not Running. (A new experiment's
+        # Pending is not: its arms follow at once.)
         fields = _status_fields(body, written, decision.status)
-        if fields:
+        if fields and decision.status.phase is status.Phase.ANALYZING:
             await memo.kube.patch_status(kube.EXPERIMENT, namespace, name, fields)
             written = decision.status
         current = decision.status
