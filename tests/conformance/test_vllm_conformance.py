@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from specdecode.experiment import manifests, spec, validation
+from specdecode.experiment import manifests, spec, speculative_rules, validation
 from tests.factories import ROOT, experiment_document
 
 # The oldest and the newest supported vLLM release; hack/install-vllm.sh installs the same two.
@@ -342,9 +342,9 @@ def test_the_check_refuses_what_vllm_refuses(release: str, probe: str) -> None:
 def test_specdecode_knows_every_speculative_config_field(release: str) -> None:
     """Each field is settable (a typed field or `extra`) or refused with a hint: none is unknown to validation."""
     known = (
-        set(validation.SPECULATIVE_EXTRA_KEYS)
-        | set(validation.TYPED_SPECULATIVE_KEYS)
-        | set(validation.SPECULATIVE_KEY_TRAPS)
+        set(speculative_rules.SPECULATIVE_EXTRA_KEYS)
+        | set(speculative_rules.TYPED_SPECULATIVE_KEYS)
+        | set(speculative_rules.SPECULATIVE_KEY_TRAPS)
     )
     unknown = sorted(set(answer(release)["speculative"]["fields"]) - known)
     assert not unknown, f"vLLM {release}'s SpeculativeConfig has fields specdecode does not know: {unknown}"

@@ -7,7 +7,7 @@ same schedule) against the control again; this module plans and judges that roun
 `status.recommendation` (`confirmed`, `confirmationReason`, `confirmation`).
 
 Per stage (`plan`): k is the schedule's k at the stage's batch size from the first round
-(`validation.batch_schedule_k`, vLLM's lookup). Where k > 0 the schedule claims speculation pays:
+(`speculative_rules.batch_schedule_k`, vLLM's lookup). Where k > 0 the schedule claims speculation pays:
 the stage is judged by the experiment's own rule against minSpeedup. Where k = 0 it claims the
 treatment is the control: the stage is judged as non-inferior, against `NON_INFERIORITY` (Pass when
 the lower bound of the speed-up is at least 0.98, Fail when its upper bound is below). Guardrails
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from specdecode.experiment import validation, verdict
+from specdecode.experiment import speculative_rules, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ConfirmationStage, Recommendation, StageResult, StageVerdict
@@ -87,7 +87,7 @@ def plan(
         first = by_name.get(stage.name)
         if first is None or first.batch_size is None:
             continue
-        at = validation.batch_schedule_k(schedule, max(1, math.floor(first.batch_size)), k=k)
+        at = speculative_rules.batch_schedule_k(schedule, max(1, math.floor(first.batch_size)), k=k)
         out.append(Planned(stage.name, at, spec.analysis.min_speedup if at > 0 else NON_INFERIORITY))
     return out
 

@@ -3,7 +3,7 @@
 Production clusters run many vLLM releases at once, so the release is part of the experiment
 (`spec.engine.vllmVersion`; else the image's release tag; in `run --local` the local `vllm --version`;
 else the newest supported release, said in the status). Rendering (`manifests.serve_args`),
-validation (`validation.check_speculative`) and the recommendation (`recommendation.recommend`) read this
+validation (`speculative_rules.check_speculative`) and the recommendation (`recommendation.recommend`) read this
 one table and nothing else about releases.
 
 Every fact below was read from the source of each release's wheel, 0.20.0 to 0.33.0 (vllm/config/

@@ -4,9 +4,10 @@ Two layers, both pure:
 1. The typed models (`spec.py`) check types, enums and ranges; their errors are translated here into
    one line per problem with the camelCase field path (`spec.speculative.promptLookupMin: ...`).
 2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM's
-   SpeculativeConfig rules (shared/reference/vllm-0.33-facts.md §1.3-1.8) as the arms' release has them
-   (`releases.py`: keys, methods and values that came or went between 0.20 and 0.33), the flags the operator owns,
-   cross-references between stages and `requireStages`, and names that must stay DNS labels.
+   SpeculativeConfig rules (`speculative_rules.py`; shared/reference/vllm-0.33-facts.md §1.3-1.8) as the
+   arms' release has them (`releases.py`: keys, methods and values that came or went between 0.20 and 0.33),
+   the flags the operator owns, cross-references between stages and `requireStages`, and names that must
+   stay DNS labels. Every finding is a `problems.Problem`.
 
 Each top-level section is parsed on its own as well, so a type error in `workload` does not hide a
 speculative-config problem: the user sees everything in one run.
@@ -15,79 +16,16 @@ speculative-config problem: the user sees everything in one run.
 from __future__ import annotations
 
 import copy
-import difflib
-import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specdecode.experiment import keys, releases, simprofiles, spec
-
-# SpeculativeConfig fields a user may set through `speculative.extra` in some supported release
-# (reference §1.2; which release has which: `releases.py`), minus the ones that have a typed field
-# of their own here and the engine-internal ones.
-SPECULATIVE_EXTRA_KEYS: frozenset[str] = frozenset(
-    {
-        "enforce_eager",
-        "quantization",
-        "revision",
-        "code_revision",
-        "max_model_len",
-        "draft_load_config",
-        "moe_backend",
-        "attention_backend",
-        "kv_cache_dtype",
-        "index_share_for_mtp_iteration",
-        "disable_padded_drafter_batch",
-        "disable_eagle_block_drop",
-        "disable_lookahead_block_hashes",
-        "draft_lm_head_quantization",
-        "use_local_argmax_reduction",
-        "use_heterogeneous_vocab",
-        "parallel_drafting",
-        "num_speculative_tokens_per_batch_size",
-        "suffix_decoding_max_tree_depth",
-        "suffix_decoding_max_cached_requests",
-        "suffix_decoding_max_spec_factor",
-        "suffix_decoding_min_token_prob",
-        "rejection_sample_method",
-        "draft_sample_method",
-        "synthetic_acceptance_rates",
-        "synthetic_acceptance_length",
-        "fly_window_size",
-        "fly_entropy_threshold",
-        "fly_entropy_top_k",
-        "enable_adaptive_verification",
-        "dspark_draft_topk",
-        "xpress_topc",
-        "speculative_token_tree",
-    }
-)
-
-# SpeculativeConfig keys that have a typed field: hint the user towards it.
-TYPED_SPECULATIVE_KEYS: dict[str, str] = {
-    "method": "speculative.method",
-    "model": "speculative.model",
-    "num_speculative_tokens": "speculative.numSpeculativeTokens",
-    "draft_tensor_parallel_size": "speculative.draftTensorParallelSize",
-    "prompt_lookup_min": "speculative.promptLookupMin",
-    "prompt_lookup_max": "speculative.promptLookupMax",
-}
-
-# Keys vLLM refuses with a specific message, or that are gone: the hint says what to use instead.
-SPECULATIVE_KEY_TRAPS: dict[str, str] = {
-    "tensor_parallel_size": "vLLM refuses it in the speculative config; use speculative.draftTensorParallelSize",
-    "disable_by_batch_size": "removed from vLLM; use num_speculative_tokens_per_batch_size, e.g. [[1, 32, 4], [33, 4096, 0]]",
-    "acceptance_method": "removed from vLLM; use rejection_sample_method (standard is lossless)",
-    "draft_model": "not a key; set speculative.model (and speculative.method: draft_model)",
-    "target_model_config": "set by vLLM itself; remove it",
-    "target_parallel_config": "set by vLLM itself; remove it",
-    "draft_model_config": "set by vLLM itself; remove it",
-    "draft_parallel_config": "set by vLLM itself; remove it",
-}
+from specdecode.experiment import keys, releases, simprofiles, spec, speculative_rules
+from specdecode.experiment.problems import InvalidSpecError as InvalidSpecError
+from specdecode.experiment.problems import Problem as Problem
+from specdecode.experiment.problems import did_you_mean, is_union_tag, kind_of, translate
 
 # `vllm serve` flags the operator renders itself or that would break one arm (reference §1.5, §1.7, §2).
 OWNED_FLAGS: dict[str, str] = {
@@ -128,25 +66,6 @@ _TP_FLAGS = ("--tensor-parallel-size", "-tp")
 _M = TypeVar("_M", bound=BaseModel)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with an experiment: where, what, and how to fix it."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class InvalidSpecError(Exception):
-    """The experiment cannot run as written. `problems` holds every finding."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        super().__init__("; ".join(str(p) for p in self.problems))
-
-
 # ------------------------------------------------------------------------------------ entry points
 
 
@@ -166,9 +85,7 @@ def parse_experiment(document: Any, *, source: str = "") -> tuple[spec.Experimen
 def check_document(document: Any) -> list[Problem]:
     """Every problem of a whole resource, in document order."""
     if not isinstance(document, Mapping):
-        return [
-            Problem("(document)", f"expected a mapping (a Kubernetes resource), got {_kind_of(document)}")
-        ]
+        return [Problem("(document)", f"expected a mapping (a Kubernetes resource), got {kind_of(document)}")]
     problems: list[Problem] = []
     api_version = document.get("apiVersion")
     expected = keys.GROUP_VERSION
@@ -218,7 +135,7 @@ def check_name(name: Any) -> list[Problem]:
 def check_spec(raw: Any) -> list[Problem]:
     """Every problem of `spec`, typed and semantic."""
     if not isinstance(raw, Mapping):
-        return [Problem("spec", f"expected a mapping, got {_kind_of(raw)}")]
+        return [Problem("spec", f"expected a mapping, got {kind_of(raw)}")]
     try:
         parsed = spec.ExperimentSpec.model_validate(raw)
     except ValidationError as exc:
@@ -234,10 +151,12 @@ def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
     return [
         *check_engine(s.engine),
         *check_release(s.engine),
-        *check_speculative(s.speculative, target_tp=target_tensor_parallel(s.engine.args), release=release),
+        *speculative_rules.check_speculative(
+            s.speculative, target_tp=target_tensor_parallel(s.engine.args), release=release
+        ),
         *check_workload(s.workload),
         *check_analysis(s.analysis, s.workload),
-        *check_confirm(s, release),
+        *speculative_rules.check_confirm(s, release),
         *check_gpus(s.engine),
     ]
 
@@ -254,7 +173,7 @@ def _semantic_on_sections(raw: Mapping[str, Any]) -> list[Problem]:
     if speculative is not None:
         tp = target_tensor_parallel(engine.args) if engine is not None else None
         release = releases.resolve(engine) if engine is not None else None
-        problems += check_speculative(speculative, target_tp=tp, release=release)
+        problems += speculative_rules.check_speculative(speculative, target_tp=tp, release=release)
     if workload is not None:
         problems += check_workload(workload)
         if analysis is not None:
@@ -273,7 +192,7 @@ def _parse_section(model: type[_M], raw: Any) -> _M | None:
             return model.model_validate(current)
         except ValidationError as exc:
             dropped = [
-                _drop(current, [p for p in err["loc"] if not _is_union_tag(p)])
+                _drop(current, [p for p in err["loc"] if not is_union_tag(p)])
                 for err in exc.errors()
                 if err["type"] != "missing"
             ]
@@ -310,255 +229,6 @@ def _overlaps(path: str, reported: set[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------------- the rules
-
-
-def check_speculative(
-    sp: spec.SpeculativeSpec, *, target_tp: int | None, release: releases.Release | None = None
-) -> list[Problem]:
-    """The release's SpeculativeConfig rules that can be checked without the models' HF configs.
-
-    `release` defaults to the newest supported one."""
-    path = "spec.speculative"
-    release = release or releases.Release(releases.NEWEST, releases.Source.ASSUMED)
-    problems: list[Problem] = []
-    method = sp.method
-    if not release.has_method(method):
-        problems.append(
-            Problem(
-                f"{path}.method",
-                f"{method.value!r} does not exist in {release.short} (the arms' release, "
-                f"{release.describe()}); it needs vLLM >= {release.method_since(method)}",
-            )
-        )
-    elif method.is_deprecated_mtp_alias:
-        problems.append(
-            Problem(
-                f"{path}.method",
-                f"{method.value!r} is deprecated in vLLM and replaced by 'mtp'; write method: mtp",
-            )
-        )
-    if sp.num_speculative_tokens is None and not method.k_has_default:
-        problems.append(
-            Problem(
-                f"{path}.numSpeculativeTokens",
-                f"is required for method {method.value!r} "
-                "(vLLM: num_speculative_tokens must be provided); set it to k > 0, e.g. 4",
-            )
-        )
-    if method.needs_draft_model and not sp.model:
-        problems.append(
-            Problem(
-                f"{path}.model",
-                f"is required for method {method.value!r}: name the draft "
-                "model or head (vLLM: num_speculative_tokens was provided but without "
-                "speculative model)",
-            )
-        )
-    if (
-        method is spec.SpeculativeMethod.CUSTOM_CLASS
-        and sp.model
-        and ("." not in sp.model or "/" in sp.model)
-    ):
-        problems.append(
-            Problem(
-                f"{path}.model",
-                "custom_class needs a dotted import path of the proposer, e.g. my_module.MyProposer",
-            )
-        )
-    lookup_set = sp.prompt_lookup_min is not None or sp.prompt_lookup_max is not None
-    if lookup_set and not method.is_ngram:
-        field = "promptLookupMin" if sp.prompt_lookup_min is not None else "promptLookupMax"
-        problems.append(
-            Problem(f"{path}.{field}", f"only applies to ngram methods, not {method.value!r}; remove it")
-        )
-    if (
-        sp.prompt_lookup_min is not None
-        and sp.prompt_lookup_max is not None
-        and sp.prompt_lookup_min > sp.prompt_lookup_max
-    ):
-        problems.append(
-            Problem(
-                f"{path}.promptLookupMin",
-                f"must be <= promptLookupMax (vLLM: prompt_lookup_min="
-                f"{sp.prompt_lookup_min} must be <= prompt_lookup_max={sp.prompt_lookup_max})",
-            )
-        )
-    if sp.draft_tensor_parallel_size is not None:
-        allowed = {1, target_tp or 1}
-        if sp.draft_tensor_parallel_size not in allowed:
-            problems.append(
-                Problem(
-                    f"{path}.draftTensorParallelSize",
-                    f"must be 1 or the target's tensor parallel "
-                    f"size ({target_tp or 1}), got {sp.draft_tensor_parallel_size}",
-                )
-            )
-    problems.extend(_check_extra(sp, release))
-    return problems
-
-
-def _check_extra(sp: spec.SpeculativeSpec, release: releases.Release) -> list[Problem]:
-    path = "spec.speculative.extra"
-    problems: list[Problem] = []
-    k = sp.num_speculative_tokens
-    for key in sp.extra:
-        normalized = key.replace("-", "_")
-        if normalized in SPECULATIVE_KEY_TRAPS:
-            problems.append(Problem(f"{path}.{key}", SPECULATIVE_KEY_TRAPS[normalized]))
-        elif normalized in TYPED_SPECULATIVE_KEYS:
-            problems.append(
-                Problem(f"{path}.{key}", f"has a typed field: set {TYPED_SPECULATIVE_KEYS[normalized]}")
-            )
-        elif normalized not in SPECULATIVE_EXTRA_KEYS:
-            problems.append(
-                Problem(
-                    f"{path}.{key}",
-                    "is not a vLLM SpeculativeConfig field"
-                    + _did_you_mean(normalized, SPECULATIVE_EXTRA_KEYS),
-                )
-            )
-        elif not release.has_key(normalized):
-            problems.append(
-                Problem(
-                    f"{path}.{key}",
-                    f"does not exist in {release.short} (the arms' release, {release.describe()}); "
-                    f"it needs {release.key_range(normalized)}: remove it or set spec.engine.vllmVersion "
-                    "/ the image to a release that has it",
-                )
-            )
-    extra = {key.replace("-", "_"): value for key, value in sp.extra.items()}
-    method = sp.method.value
-    allowed = release.rejection_methods
-    rejection = extra.get("rejection_sample_method", allowed[0])
-    if rejection not in allowed:
-        problems.append(
-            Problem(
-                f"{path}.rejection_sample_method",
-                f"must be one of {', '.join(allowed)} in {release.short} ({allowed[0]} is lossless)",
-            )
-        )
-    samplers = release.draft_sample_methods
-    if samplers and extra.get("draft_sample_method", samplers[0]) not in samplers:
-        problems.append(
-            Problem(f"{path}.draft_sample_method", f"must be {' or '.join(samplers)} in {release.short}")
-        )
-    rates, length = extra.get("synthetic_acceptance_rates"), extra.get("synthetic_acceptance_length")
-    if rejection == "synthetic":
-        if (rates is None) == (length is None):
-            problems.append(
-                Problem(
-                    f"{path}.rejection_sample_method",
-                    "synthetic needs exactly one of "
-                    "synthetic_acceptance_rates or synthetic_acceptance_length",
-                )
-            )
-        problems.extend(_check_synthetic(path, rates, length, k))
-    elif rates is not None or length is not None:
-        key = "synthetic_acceptance_rates" if rates is not None else "synthetic_acceptance_length"
-        problems.append(Problem(f"{path}.{key}", "is only valid with rejection_sample_method: synthetic"))
-    if rejection == "fly" and k is not None:
-        if k < 2:
-            problems.append(Problem("spec.speculative.numSpeculativeTokens", "FLy needs at least 2"))
-        window = extra.get("fly_window_size")
-        if isinstance(window, int) and window >= k:
-            problems.append(
-                Problem(f"{path}.fly_window_size", f"must be smaller than numSpeculativeTokens ({k})")
-            )
-    if extra.get("use_heterogeneous_vocab"):
-        if method != "draft_model":
-            problems.append(Problem(f"{path}.use_heterogeneous_vocab", "only works with method: draft_model"))
-        if extra.get("draft_sample_method") == "probabilistic":
-            problems.append(
-                Problem(
-                    f"{path}.use_heterogeneous_vocab",
-                    "only supports greedy draft sampling; remove draft_sample_method: probabilistic",
-                )
-            )
-    if extra.get("index_share_for_mtp_iteration") is not None and method != "mtp":
-        problems.append(
-            Problem(f"{path}.index_share_for_mtp_iteration", "is only supported with method: mtp")
-        )
-    if extra.get("draft_lm_head_quantization") is not None:
-        if method not in ("eagle", "eagle3", "mtp"):
-            problems.append(
-                Problem(
-                    f"{path}.draft_lm_head_quantization",
-                    f"is not supported for method {method!r} (only eagle, eagle3, mtp)",
-                )
-            )
-        elif extra["draft_lm_head_quantization"] not in ("fp8", "nvfp4"):
-            problems.append(Problem(f"{path}.draft_lm_head_quantization", "must be fp8 or nvfp4"))
-    if extra.get("enable_adaptive_verification") and method != "dspark":
-        problems.append(Problem(f"{path}.enable_adaptive_verification", "is dspark only"))
-    if "num_speculative_tokens_per_batch_size" in extra:
-        problems.extend(
-            check_batch_schedule(
-                extra["num_speculative_tokens_per_batch_size"],
-                path=f"{path}.num_speculative_tokens_per_batch_size",
-            )
-        )
-    return problems
-
-
-def _check_synthetic(path: str, rates: Any, length: Any, k: int | None) -> list[Problem]:
-    problems: list[Problem] = []
-    if rates is not None:
-        if not isinstance(rates, list) or not all(isinstance(r, int | float) for r in rates):
-            return [Problem(f"{path}.synthetic_acceptance_rates", "must be a list of numbers")]
-        if k is not None and len(rates) != k:
-            problems.append(Problem(f"{path}.synthetic_acceptance_rates", f"must have length k = {k}"))
-        if any(not 0 <= r <= 1 for r in rates):
-            problems.append(Problem(f"{path}.synthetic_acceptance_rates", "entries must be in [0, 1]"))
-        if any(b > a for a, b in itertools.pairwise(rates)):
-            problems.append(Problem(f"{path}.synthetic_acceptance_rates", "must be non-increasing"))
-    if length is not None:
-        if not isinstance(length, int | float):
-            problems.append(Problem(f"{path}.synthetic_acceptance_length", "must be a number"))
-        elif k is not None and not 1 <= length <= k + 1:
-            problems.append(
-                Problem(f"{path}.synthetic_acceptance_length", f"must be in [1, k+1] = [1, {k + 1}]")
-            )
-    return problems
-
-
-def check_batch_schedule(schedule: Any, *, path: str) -> list[Problem]:
-    """vLLM's `num_speculative_tokens_per_batch_size` rules (reference §1.6)."""
-    if not isinstance(schedule, list) or not schedule:
-        return [
-            Problem(
-                path, "must be a non-empty list of [start, end, k] entries, e.g. [[1, 32, 4], [33, 4096, 0]]"
-            )
-        ]
-    problems: list[Problem] = []
-    previous_end = 0
-    for i, entry in enumerate(schedule):
-        where = f"{path}[{i}]"
-        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, int) for v in entry)):
-            problems.append(Problem(where, "must be a list of three integers [start, end, k]"))
-            continue
-        start, end, k = entry
-        if start <= 0 or end <= 0 or start > end:
-            problems.append(Problem(where, "needs 0 < start <= end"))
-        if k < 0:
-            problems.append(Problem(where, "k must be >= 0 (0 turns speculation off for that range)"))
-        if i == 0 and start != 1:
-            problems.append(Problem(where, "the first range must start at 1"))
-        if start <= previous_end:
-            problems.append(Problem(where, f"overlaps the previous range (which ends at {previous_end})"))
-        previous_end = max(previous_end, end)
-    return problems
-
-
-def batch_schedule_k(schedule: Sequence[Sequence[int]], batch: int, *, k: int) -> int:
-    """k at `batch` running requests under a valid schedule, as vLLM looks it up (reference §1.6): the
-    last range starting at or below `batch` applies (gaps and the tail carry its k forward), capped
-    at `k`; `k` itself under an empty schedule."""
-    found = k
-    for start, _end, ranged in sorted(tuple(entry) for entry in schedule):
-        if start > batch:
-            break
-        found = min(ranged, k)
-    return found
 
 
 def check_engine(engine: spec.EngineSpec) -> list[Problem]:
@@ -801,69 +471,10 @@ def check_analysis(analysis: spec.AnalysisSpec, workload: spec.WorkloadSpec) -> 
         return problems
     names = [stage.name for stage in workload.stages]
     return problems + [
-        Problem(f"spec.analysis.requireStages[{i}]", f"{name!r} is not a stage" + _did_you_mean(name, names))
+        Problem(f"spec.analysis.requireStages[{i}]", f"{name!r} is not a stage" + did_you_mean(name, names))
         for i, name in enumerate(analysis.require_stages)
         if name not in names
     ]
-
-
-def check_confirm(s: spec.ExperimentSpec, release: releases.Release) -> list[Problem]:
-    """`analysis.confirm` needs a batch-size schedule that vLLM honours and that the first round does not set."""
-    if not s.analysis.confirm:
-        return []
-    path = "spec.analysis.confirm"
-    sp = s.speculative
-    if s.analysis.mode is not spec.AnalysisMode.COMPARE:
-        return [
-            Problem(
-                path, f"a {s.analysis.mode.value} run does not speculate, so it has no schedule to confirm"
-            )
-        ]
-    problems: list[Problem] = []
-    if sp.num_speculative_tokens is None:
-        problems.append(
-            Problem(path, "needs speculative.numSpeculativeTokens: the recommended schedule is built from k")
-        )
-    if not (sp.method in _SCHEDULE_METHODS or sp.method.is_deprecated_mtp_alias):
-        problems.append(
-            Problem(
-                path,
-                f"vLLM may drop num_speculative_tokens_per_batch_size for method {sp.method.value!r} (it "
-                f"honours it for {', '.join(sorted(m.value for m in _SCHEDULE_METHODS))}), so the "
-                "recommended schedule cannot be confirmed; remove confirm",
-            )
-        )
-    if not release.batch_schedule:
-        problems.append(
-            Problem(
-                path,
-                f"{release.short} has no num_speculative_tokens_per_batch_size (vLLM >= "
-                f"{releases.minor(releases.BATCH_SCHEDULE_SINCE)}), so there is no schedule to confirm",
-            )
-        )
-    if "num_speculative_tokens_per_batch_size" in sp.extra:
-        problems.append(
-            Problem(
-                path,
-                "speculative.extra.num_speculative_tokens_per_batch_size is set: the stages would not measure "
-                "speculation at every load, and the confirmation replaces that schedule; remove one of them",
-            )
-        )
-    return problems
-
-
-#: methods whose batch-size schedule vLLM honours on every runner (reference §1.6: the V1 runner drops
-#: it for the others); the model-specific `*_mtp` names become `mtp`
-_SCHEDULE_METHODS = frozenset(
-    {
-        spec.SpeculativeMethod.NGRAM,
-        spec.SpeculativeMethod.EAGLE,
-        spec.SpeculativeMethod.EAGLE3,
-        spec.SpeculativeMethod.MTP,
-        spec.SpeculativeMethod.DRAFT_MODEL,
-        spec.SpeculativeMethod.DFLASH,
-    }
-)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -899,99 +510,3 @@ def target_tensor_parallel(args: Sequence[str]) -> int | None:
             except ValueError:
                 return 0
     return None
-
-
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _kind_of(value: Any) -> str:
-    return "nothing" if value is None else type(value).__name__
-
-
-# ------------------------------------------------------------------ pydantic errors -> field lines
-
-
-def translate(exc: ValidationError, *, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
-    """One Problem per pydantic error, with a camelCase path and a plain-language message."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        loc = [part for part in error["loc"] if not _is_union_tag(part)]
-        path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
-        problems.append(Problem(path, _message(error, model, loc)))
-    return _dedupe(problems)
-
-
-def _is_union_tag(part: str | int) -> bool:
-    # Discriminated unions insert the tag ('synthetic', 'jsonl', ...) into the location.
-    return isinstance(part, str) and part in {
-        "synthetic",
-        "jsonl",
-        "builtin",
-        "list[str]",
-        "literal['all','any']",
-    }
-
-
-def _message(error: Mapping[str, Any], model: type[BaseModel] | None, loc: Sequence[str | int]) -> str:
-    kind = error["type"]
-    given = error.get("input")
-    ctx = error.get("ctx") or {}
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        allowed = _allowed_fields(model, loc[:-1])
-        hint = _did_you_mean(str(loc[-1]), allowed) if allowed else ""
-        listing = f"; allowed: {', '.join(allowed)}" if allowed else ""
-        return f"unknown field{hint}{listing}"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{error['msg'].replace('Input should be', 'must be')} (got {given!r})"
-    if kind in ("enum", "literal_error"):
-        return f"{error['msg'].replace('Input should be', 'must be')} (got {given!r})"
-    if kind == "union_tag_invalid":
-        return f"type must be one of {ctx.get('expected_tags', 'synthetic, jsonl, builtin')} (got {ctx.get('tag')!r})"
-    if kind == "union_tag_not_found":
-        return "needs a type: synthetic, jsonl or builtin"
-    if kind == "string_pattern_mismatch":
-        return f"{given!r} does not match the expected format {ctx.get('pattern', '')}"
-    if kind == "value_error":
-        return str(ctx.get("error", error["msg"]))
-    return f"{error['msg']} (got {given!r})" if given is not None else str(error["msg"])
-
-
-def _allowed_fields(model: type[BaseModel] | None, loc: Sequence[str | int]) -> list[str]:
-    """The camelCase field names of the model at `loc`, for an 'unknown field' hint."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int) or current is None:
-            continue
-        fields = getattr(current, "model_fields", {})
-        match = next((f for name, f in fields.items() if (f.alias or name) == part), None)
-        if match is None:
-            return []
-        current = _inner_model(match.annotation)
-    if current is None or not hasattr(current, "model_fields"):
-        return []
-    return [f.alias or name for name, f in current.model_fields.items()]
-
-
-def _inner_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        inner = _inner_model(arg)
-        if inner is not None:
-            return inner
-    return None
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for problem in problems:
-        key = (problem.path, problem.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(problem)
-    return out

@@ -58,6 +58,7 @@ from specdecode.experiment import (
     releases,
     search,
     spec,
+    speculative_rules,
     status,
     validation,
     verdict,
@@ -260,7 +261,7 @@ class _Run:
             engine = self.spec.engine.model_copy(update={"vllm_version": releases.fmt(self.release.version)})
             self.spec = self.spec.model_copy(update={"engine": engine})
         self.view.message(f"vLLM release: {self.release.describe()}")
-        problems = validation.check_speculative(
+        problems = speculative_rules.check_speculative(
             self.spec.speculative,
             target_tp=validation.target_tensor_parallel(self.spec.engine.args),
             release=self.release,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specdecode.experiment import degradations, validation
+from specdecode.experiment import degradations, speculative_rules
 from specdecode.experiment.simprofiles import DEFAULT_PROFILE, PROFILES, SimParams
 from specdecode.simulator.scheduler import SpecConfig
 
@@ -332,7 +332,7 @@ def parse_speculative_config(raw: str, *, acceptance_rate: float) -> tuple[dict[
         spec = SpecConfig.constant(k, acceptance_rate)
     schedule = cfg.get("num_speculative_tokens_per_batch_size")
     if schedule is not None:
-        problems = validation.check_batch_schedule(
+        problems = speculative_rules.check_batch_schedule(
             schedule, path="--speculative-config: num_speculative_tokens_per_batch_size"
         )
         if problems:

@@ -47,7 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specdecode.experiment import validation
+from specdecode.experiment import speculative_rules
 from specdecode.experiment.simprofiles import SimParams
 from specdecode.simulator.metrics import EngineMetrics
 
@@ -90,8 +90,8 @@ class SpecConfig:
         return SpecConfig(k=len(rates), acceptance=tuple(cond))
 
     def k_at(self, batch: int) -> int:
-        """k for a step with `batch` running sequences (vLLM's lookup, `validation.batch_schedule_k`)."""
-        return validation.batch_schedule_k(self.schedule, batch, k=self.k)
+        """k for a step with `batch` running sequences (vLLM's lookup, `speculative_rules.batch_schedule_k`)."""
+        return speculative_rules.batch_schedule_k(self.schedule, batch, k=self.k)
 
 
 @dataclass(eq=False)
