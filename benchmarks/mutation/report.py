@@ -87,15 +87,22 @@ def from_session(path: Path) -> dict[str, Any]:
                 outcome = "timeout" if result.output == "timeout" else "killed"
             mutants.append(
                 {
-                    "module": Path(m.module_path).name,
+                    "module": _in_package(m.module_path)[1],
                     "path": str(m.module_path),
                     "line": m.start_pos[0],
                     "outcome": outcome,
                     "diff": result.diff,
                 }
             )
-    package = Path(mutants[0]["path"]).parent.name if mutants else "?"
+    package = _in_package(mutants[0]["path"])[0] if mutants else "?"
     return {"package": package, "partial": True, "mutants": mutants}
+
+
+def _in_package(path: str | Path) -> tuple[str, str]:
+    """`operator/specdecode/experiment/spec/engine.py` -> ("experiment", "spec/engine.py")."""
+    parts = Path(path).parts
+    at = parts.index("specdecode")
+    return parts[at + 1], "/".join(parts[at + 2 :])
 
 
 def summarise(run: dict[str, Any]) -> dict[str, Any]:

@@ -103,8 +103,8 @@ def main() -> int:
     package_dir = work / "operator" / "specdecode" / args.package
     modules = sorted(
         str(p.relative_to(work))
-        for p in package_dir.glob("*.py")
-        if p.name != "__init__.py" and p.name not in EXCLUDED.get(args.package, [])
+        for p in package_dir.rglob("*.py")  # a subpackage's modules too (experiment/spec/)
+        if p != package_dir / "__init__.py" and p.name not in EXCLUDED.get(args.package, [])
     )
     (work / "cosmic-ray.toml").write_text(config(args.package, modules))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work / "operator"), *sys.path[1:]])}
