@@ -1,7 +1,7 @@
 """Validation of a SpecDecodeExperiment: every problem at once, each naming its field and the fix.
 
 Two layers, both pure:
-1. The typed models (`spec.py`) check types, enums and ranges; their errors are translated here into
+1. The typed models (`spec/`) check types, enums and ranges; their errors are translated here into
    one line per problem with the camelCase field path (`spec.speculative.promptLookupMin: ...`).
 2. `check_spec` adds the rules that need vLLM's knowledge or more than one field: vLLM's
    SpeculativeConfig rules (`speculative_rules.py`; shared/reference/vllm-0.33-facts.md §1.3-1.8) as the

@@ -1,6 +1,6 @@
 """The verdict: each stage judged from its pairs, the overall rule, the analysis written to status.
 
-Pure: numpy/scipy on `RequestRecord`s and `StageWindow`s (records.py) in, status models (status.py) out.
+Pure: numpy/scipy on `RequestRecord`s and `StageWindow`s (records.py) in, status models (`status/`) out.
 Owns `status.stages`, `verdict`, `reason`, `message`, `speedupSummary` and `recommendation`.
 
 The verdict's jobs, one module each: the paired comparisons and their intervals (`comparison.py`),
