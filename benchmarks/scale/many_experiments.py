@@ -10,7 +10,9 @@ experiments at once and measures, per experiment, with its own monotonic clock a
   seen on a Deployment watch (creationTimestamp has 1 s resolution); also -> both arms;
 - results -> verdict: from the moment the load Job's results are stored and the Job is Complete
   (the later of the two) to `status.verdict` seen on the experiment watch; also from the results
-  stored alone.
+  stored alone;
+- writes: the experiment's MODIFIED events from apply to its end (each status PATCH that changed
+  something, and kopf's finalizer): a status patch storm would show here.
 
 How the arms and the load get there without running anything:
 
@@ -160,6 +162,7 @@ class Timeline:
     phase: str | None = None
     reason: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    writes: int = 0  # MODIFIED events of the experiment: its status PATCHes and kopf's finalizer
 
     def row(self, name: str) -> dict[str, Any]:
         ready = max(self.results_stored or 0.0, self.job_complete or 0.0) or None
@@ -174,6 +177,7 @@ class Timeline:
             "phase": self.phase,
             "reason": self.reason,
             "phasesAfterApplyS": {k: _delta(self.applied, v) for k, v in self.phases.items()},
+            "experimentWrites": self.writes,
         }
 
 
@@ -353,6 +357,7 @@ class Recorder:
         phase = status.get("phase")
         with self.lock:
             line.uid = line.uid or obj["metadata"]["uid"]
+            line.writes += kind == "MODIFIED"
             if phase and phase not in line.phases:
                 line.phases[phase] = now
             line.phase, line.reason = phase, status.get("reason")
@@ -620,6 +625,7 @@ def measure(
         "resultsToVerdictS": summary([r["resultsToVerdictS"] for r in rows]),
         "resultsStoredToVerdictS": summary([r["resultsStoredToVerdictS"] for r in rows]),
         "jobCompleteAfterResultsS": summary([r["jobCompleteAfterResultsS"] for r in rows]),
+        "experimentWrites": summary([r["experimentWrites"] for r in rows]),
         "outcomes": _outcomes(rows),
         "operator": {
             "rssMiBBaseline": round(baseline[1] / 1024, 1),

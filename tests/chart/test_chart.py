@@ -33,7 +33,7 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
         "update",
         "delete",
     },  # update: a round re-renders the arms
-    ("batch", "jobs"): {"create", "get", "list", "delete"},
+    ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},  # watch: a load Job's end wakes its tick
     ("", "services"): {"create", "get", "list", "delete"},
     ("", "serviceaccounts"): {"create", "get", "list", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "delete"},

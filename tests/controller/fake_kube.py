@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from specdecode.controller import handlers, kube
+from specdecode.controller import handlers, kube, ticks
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 
@@ -168,7 +168,10 @@ class Operator:
         self.body["metadata"].setdefault("uid", "experiment-uid")
         self.body["metadata"].setdefault("generation", 1)
         self.body.setdefault("status", {})
-        self.memo = kopf.Memo(settings=settings or OperatorSettings(), kube=client, metrics=OperatorMetrics())
+        settings = settings or OperatorSettings()
+        self.memo = kopf.Memo(
+            settings=settings, kube=client, metrics=OperatorMetrics(), ticks=ticks.Ticks(settings.interval)
+        )
         client.on_status_patch = self._apply
 
     def edit(self, spec: Mapping[str, Any]) -> None:

@@ -8,8 +8,10 @@ import asyncio
 import http.server
 import json
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -75,8 +77,20 @@ class _Prometheus(http.server.BaseHTTPRequestHandler):
     """Answers every query with the class's `answer`: (HTTP status, body)."""
 
     answer: tuple[int, bytes] = (200, b"")
+    delay = 0.0  # seconds each answer takes
+    counting = threading.Lock()
+    in_flight: ClassVar[dict[str, int]] = {}  # queries being answered now, by kind (vLLM's, the GPUs')
+    most_in_flight: ClassVar[dict[str, int]] = {}  # the most at once, by kind
 
     def do_GET(self) -> None:
+        server = type(self)
+        kind = "gpu" if "DCGM_" in urllib.parse.unquote_plus(self.path) else "vllm"
+        with server.counting:
+            server.in_flight[kind] = server.in_flight.get(kind, 0) + 1
+            server.most_in_flight[kind] = max(server.most_in_flight.get(kind, 0), server.in_flight[kind])
+        time.sleep(self.delay)
+        with server.counting:
+            server.in_flight[kind] -= 1
         code, body = self.answer
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -181,6 +195,19 @@ def test_a_valid_run_with_prometheus_data_is_judged(prometheus: Callable[[int, b
     # each stage carries its window's wall-clock start and end: the dashboard's stage markers (#18)
     assert outcome.stages and all(s.started_at and s.finished_at for s in outcome.stages)
     assert all(s.started_at is not None and s.started_at < str(s.finished_at) for s in outcome.stages)
+
+
+def test_both_arms_are_asked_at_once(
+    prometheus: Callable[[int, bytes], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection waits for the slower arm's queries, not for both arms' one after the other
+    (benchmarks/README.md, "Many experiments": collections queue behind each other)."""
+    monkeypatch.setattr(_Prometheus, "delay", 0.05)
+    monkeypatch.setattr(_Prometheus, "in_flight", {})
+    monkeypatch.setattr(_Prometheus, "most_in_flight", {})
+    outcome = run_collect(stored(measured()), experiment(prometheus(200, vector("1"))))
+    assert isinstance(outcome, reconcile.Judgement), outcome
+    assert _Prometheus.most_in_flight == {"vllm": 2, "gpu": 2}  # both arms' queries at once, each kind
 
 
 def test_a_stage_gets_its_window_s_wall_clock_times_and_one_without_a_window_none() -> None:

@@ -103,9 +103,11 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [create, get, list, update, delete]
+# Jobs are also watched: a load Job that ends wakes its experiment's tick at once, so the results
+# are judged then, not up to an interval later (controller/ticks.py, handlers.wake_on_load_job).
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [create, get, list, delete]
+  verbs: [create, get, list, watch, delete]
 - apiGroups: [""]
   resources: [services, serviceaccounts]
   verbs: [create, get, list, delete]

@@ -7,9 +7,10 @@ The full report is stored in a ConfigMap `<exp>-report` named by `status.results
 The CPU-heavy steps (parsing the records, the statistics, rendering the report) run in one analysis
 thread of their own (`in_analysis_lane`), one experiment's step at a time: kopf's event loop keeps
 ticking the other experiments, the default thread pool stays free for their API calls. However
-many experiments finish together, one experiment is collected at a time (`one_collection`, from
-reading its results to storing its report): only one experiment's results are held in memory, not
-every waiting experiment's parsed records at once (benchmarks/README.md, "Many experiments").
+many experiments finish together, at most `COLLECTIONS` are collected at once (`one_collection`,
+from reading the results to storing the report): only their results are held in memory, not every
+waiting experiment's parsed records at once, while one collection's waits (the API server,
+Prometheus) overlap another's analysis (benchmarks/README.md, "Many experiments").
 """
 
 from __future__ import annotations
@@ -58,20 +59,28 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _lane: ThreadPoolExecutor | None = None
 _lane_lock = threading.Lock()
-_collections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+_collections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+# Collections at once. Each holds one experiment's results (at the default results limit up to
+# ~300 MiB parsed, benchmarks/README.md "Results size"): two stay within the operator's 1 GiB limit;
+# one at a time left the analysis thread idle while a collection waited on the API server and
+# Prometheus ("Many experiments").
+COLLECTIONS = 2
 
 
-def one_collection() -> asyncio.Lock:
-    """The lock that one experiment's collection holds (one per event loop)."""
+def one_collection() -> asyncio.Semaphore:
+    """The slot that one experiment's collection holds (`COLLECTIONS` per event loop)."""
     loop = asyncio.get_running_loop()
-    lock = _collections.get(loop)
-    if lock is None:
-        lock = _collections[loop] = asyncio.Lock()
-    return lock
+    slots = _collections.get(loop)
+    if slots is None:
+        slots = _collections[loop] = asyncio.Semaphore(COLLECTIONS)
+    return slots
 
 
 def one_at_a_time(fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
-    """`fn` holds `one_collection()` while it runs: one experiment's parsed records in memory at a time."""
+    """`fn` holds a slot of `one_collection()` while it runs: at most `COLLECTIONS` experiments'
+    parsed records in memory at a time."""
 
     @functools.wraps(fn)
     async def holding(*args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -130,20 +139,18 @@ def gpu_telemetry(
             updated.append(stage)
             continue
         start, end = anchor.wall + window.start, anchor.wall + window.end
-        arms = {
-            arm: prometheus.arm_gpu(
-                source,
-                telemetry.pod_selector(
-                    namespace_label=settings.label_names.dcgm_namespace,
-                    pod_label=settings.label_names.dcgm_pod,
-                    namespace=namespace,
-                    deployment=names.arm(arm),
-                ),
-                start=start,
-                end=end,
+
+        def arm_gpu(arm: spec.Arm, start: float = start, end: float = end) -> status.ArmGpu | None:
+            selector = telemetry.pod_selector(
+                namespace_label=settings.label_names.dcgm_namespace,
+                pod_label=settings.label_names.dcgm_pod,
+                namespace=namespace,
+                deployment=names.arm(arm),
             )
-            for arm in spec.Arm
-        }
+            return prometheus.arm_gpu(source, selector, start=start, end=end)
+
+        with ThreadPoolExecutor(max_workers=len(spec.Arm), thread_name_prefix="specdecode-gpu") as both:
+            arms = dict(zip(spec.Arm, both.map(arm_gpu, spec.Arm), strict=True))  # the arms' queries at once
         gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT])
         updated.append(stage.model_copy(update={"gpu": gpu}))
     return updated
@@ -286,6 +293,38 @@ async def read_results(
         raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
+async def with_prometheus(
+    source: prometheus.PrometheusSource,
+    windows: list[records.StageWindow],
+    anchor: records.RunAnchor,
+    *,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+) -> list[records.StageWindow]:
+    """`prometheus.with_prometheus` with each arm's queries in a thread of its own, at once: a
+    collection waits for the slower arm, not for both one after the other."""
+    by_arm = await asyncio.gather(
+        *(
+            asyncio.to_thread(
+                prometheus.with_prometheus,
+                source,
+                windows,
+                anchor,
+                namespace=namespace,
+                name=name,
+                names=settings.label_names,
+                arms=(arm,),
+            )
+            for arm in spec.Arm
+        )
+    )
+    return [
+        window.model_copy(update={"server": {k: v for one in by_arm for k, v in one[i].server.items()}})
+        for i, window in enumerate(windows)
+    ]
+
+
 Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
 
 
@@ -313,14 +352,8 @@ async def measured(
         )
     source = prometheus.PrometheusSource(url)
     try:
-        windows = await asyncio.to_thread(
-            prometheus.with_prometheus,
-            source,
-            windows,
-            anchor,
-            namespace=namespace,
-            name=name,
-            names=settings.label_names,
+        windows = await with_prometheus(
+            source, windows, anchor, namespace=namespace, name=name, settings=settings
         )
     except prometheus.PrometheusBadResponse as exc:
         return reconcile.CollectFailure(
@@ -635,14 +668,8 @@ async def salvage(
     if url is not None:
         source = prometheus.PrometheusSource(url)
         with contextlib.suppress(prometheus.PrometheusUnavailable, prometheus.PrometheusNoData):
-            windows = await asyncio.to_thread(
-                prometheus.with_prometheus,
-                source,
-                windows,
-                anchor,
-                namespace=namespace,
-                name=name,
-                names=settings.label_names,
+            windows = await with_prometheus(
+                source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
     analysis = await in_analysis_lane(
         verdict.analyse, experiment, recs, windows, validity=summary.get("validity")

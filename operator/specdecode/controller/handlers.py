@@ -1,4 +1,5 @@
-"""The kopf handlers: one startup configuration and one timer that reconciles each experiment.
+"""The kopf handlers: one startup configuration, one timer that reconciles each experiment, and a
+watch on the load Jobs that wakes an experiment's tick when its Job ends (`controller/ticks.py`).
 
 The timer is the only writer of `status.phase` (style.md §3): observe the children -> call the pure
 `reconcile.decide` -> apply its actions -> patch the changed status fields -> post Events for phase
@@ -26,7 +27,7 @@ from typing import Any
 import kopf
 
 from specdecode import results
-from specdecode.controller import collect, kube, lease, observe
+from specdecode.controller import collect, kube, lease, observe, ticks
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
@@ -60,6 +61,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.client_timeout = 300
     settings.networking.request_timeout = 60
     memo.settings = SETTINGS
+    memo.ticks = ticks.Ticks(SETTINGS.interval)
     memo.kube = kube.Kube.from_environment()
     memo.metrics = OperatorMetrics()
     if memo.get("metrics_port"):
@@ -96,31 +98,59 @@ def _needs_reconcile(body: kopf.Body, **_: Any) -> bool:
     return reconcile.needs_reconcile(current, int(body.metadata.get("generation") or 1))
 
 
-# A failing tick (API error, ...) is retried after a few intervals, not kopf's default minute.
+# The timer's own interval is `ticks.POLL`: the handler waits for the experiment's interval or a
+# wake-up itself (`ticks.Ticks.due`). A failing tick (API error, ...) is retried after a few
+# intervals, not kopf's default minute.
 @kopf.timer(
     keys.API_GROUP,
     keys.API_VERSION,
     keys.PLURAL,
-    interval=SETTINGS.interval,
+    interval=ticks.POLL,
     backoff=max(5.0, 3 * SETTINGS.interval),
     when=_needs_reconcile,
 )
 async def reconcile_experiment(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **kwargs: Any,
 ) -> None:
-    """Observe, decide, act, persist (a failing tick is counted, then retried by kopf)."""
-    if not _leading(memo):  # a standby: the Lease's holder reconciles, this replica only waits
-        return
+    """Wait for the tick to be due, then observe, decide, act, persist (a failing tick is counted,
+    then retried by kopf)."""
+    stopped: kopf.DaemonStopped = kwargs["stopped"]  # kopf passes it to timers (its TimerFn omits it)
+    schedule: ticks.Ticks = memo.ticks
+    key = (str(body.metadata.namespace), str(body.metadata.name))
+    if not await schedule.due(key, stopped, lambda: (body.get("status") or {}).get("phase")):
+        return  # deleted, no longer in need of a tick, or the operator exits
+    wrote = None
     try:
-        await _reconcile(body, patch, memo, logger)
+        if not _leading(memo):  # a standby: the Lease's holder reconciles, this replica only waits
+            return
+        wrote = await _reconcile(body, patch, memo, logger)
     except Exception:
         memo.metrics.reconcile_errors.inc()
         raise
+    finally:
+        schedule.ticked(key, wrote)
+
+
+@kopf.on.event(
+    "batch", "v1", "jobs", labels={keys.LABEL_COMPONENT: "load", keys.LABEL_EXPERIMENT: kopf.PRESENT}
+)
+async def wake_on_load_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A load Job that ended (Complete or Failed) wakes its experiment's tick: the results are
+    judged now, not up to an interval later (benchmarks/README.md, "Many experiments")."""
+    state = observe.job_state(body, [])
+    if state.succeeded or state.failed:
+        experiment = str(body.metadata.labels[keys.LABEL_EXPERIMENT])
+        memo.ticks.wake((str(body.metadata.namespace), experiment))
 
 
 async def _reconcile(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, *, now: datetime | None = None
-) -> None:
+) -> str:
+    """One tick; returns the phase it leaves the experiment in (for `ticks.Ticks.ticked`)."""
     settings: OperatorSettings = memo.settings
     name, namespace = str(body.metadata.name), str(body.metadata.namespace)
     generation = int(body.metadata.get("generation") or 1)
@@ -152,6 +182,7 @@ async def _reconcile(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
     memo.metrics.observe(namespace, name, decision.status)
+    return decision.status.phase.value
 
 
 # At most this many observe -> decide -> act passes in one tick (`_goes_straight_on`).
@@ -443,8 +474,10 @@ async def _nodes(
 
 @kopf.on.delete(keys.API_GROUP, keys.API_VERSION, keys.PLURAL, optional=True)
 async def forget_experiment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Drop the deleted experiment from the operator's metrics (children go by garbage collection)."""
+    """Drop the deleted experiment from the operator's metrics and its tick schedule (children go
+    by garbage collection)."""
     memo.metrics.forget(str(body.metadata.namespace), str(body.metadata.name))
+    memo.ticks.forget((str(body.metadata.namespace), str(body.metadata.name)))
 
 
 async def _apply(
