@@ -40,6 +40,10 @@ def test_more_pods_than_a_closed_loop_stage_s_concurrency_or_a_multi_turn_datase
         dataset={"type": "multiTurn", "builtin": "conversations"},
     )
     assert [p for p in multi if p.startswith("spec.workload.loadPods:")], multi
+    (few,) = problems(loadPods=4, requestsPerStage=3)
+    assert few.startswith("spec.workload.requestsPerStage: is 3, fewer than spec.workload.loadPods (4)")
+    (stage,) = problems(loadPods=4, stages=[{"name": "low", "rate": 1.0, "requests": 2}])
+    assert stage.startswith("spec.workload.stages[0].requests: is 2, fewer than spec.workload.loadPods (4)")
     (search,) = problems(loadPods=3, search={"concurrency": {"from": 2, "to": 16}})
     assert search.startswith("spec.workload.search.concurrency.from: is 2")
 

@@ -780,6 +780,19 @@ def _check_load_pods(workload: spec.WorkloadSpec) -> list[Problem]:
                 "order through one client); set loadPods: 1",
             )
         )
+    bounds: list[tuple[str, int | None]] = [("spec.workload.requestsPerStage", workload.requests_per_stage)]
+    bounds += [(f"spec.workload.stages[{i}].requests", s.requests) for i, s in enumerate(workload.stages)]
+    if workload.search is not None:
+        bounds.append(("spec.workload.search.requestsPerProbe", workload.search.requests_per_probe))
+    problems += [
+        Problem(
+            where,
+            f"is {n}, fewer than spec.workload.loadPods ({pods}): a pod would have no request to send; "
+            "raise it or lower loadPods",
+        )
+        for where, n in bounds
+        if n is not None and n < pods
+    ]
     fewer = f"fewer concurrent requests than spec.workload.loadPods ({pods}), which share them out"
     for i, stage in enumerate(workload.stages):
         if stage.concurrency is not None and stage.concurrency < pods:
