@@ -231,11 +231,19 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     job.add_argument("--owner-uid", metavar="UID", help="the experiment's uid (the ConfigMaps' owner)")
     job.add_argument("--generation", type=int, metavar="N", help="the experiment generation measured")
+    job.add_argument(
+        "--load-pods",
+        type=int,
+        default=1,
+        metavar="N",
+        help="one of N load pods (an Indexed Job; its index from JOB_COMPLETION_INDEX): send the "
+        "pod's shard of the schedule and store its results as PREFIX-pod<index>-<n>",
+    )
     p.set_defaults(func=_loadgen)
 
 
 def _loadgen(args: argparse.Namespace) -> int:
-    refused = _other_generation(args)
+    refused = _other_generation(args) or _load_pod(args)
     if refused:
         print(f"specdecode loadgen: {refused}", file=sys.stderr)
         return exit_status.INVALID
@@ -283,6 +291,25 @@ def _upload_finally(args: argparse.Namespace, *, attempts: int = 4, first_wait: 
             wait = first_wait * 2**attempt
             print(f"could not store the results ({exc}); trying again in {wait:.0f} s", file=sys.stderr)
             time.sleep(wait)
+
+
+def _load_pod(args: argparse.Namespace) -> str | None:
+    """Why this is not a load pod of `--load-pods` (None: it is, as `args.load_pod`, or the only one)."""
+    import os
+
+    from specdecode.experiment import keys
+
+    args.load_pod = None
+    if args.load_pods == 1:
+        return None
+    index = os.environ.get(keys.JOB_COMPLETION_INDEX_ENV, "")
+    if args.load_pods < 1 or not index.isdigit() or int(index) >= args.load_pods:
+        return (
+            f"--load-pods {args.load_pods} needs more than one pod and its index 0..{args.load_pods - 1} "
+            f"in {keys.JOB_COMPLETION_INDEX_ENV} (set by an Indexed Job), got {index!r}"
+        )
+    args.load_pod = (int(index), args.load_pods)
+    return None
 
 
 def _other_generation(args: argparse.Namespace) -> str | None:
@@ -368,12 +395,14 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
                 experiment=name,
                 owners=owners,
                 generation=args.generation,
+                pod=args.load_pod,
             )
         )
     finally:
         client.close()
     where = f" {note}" if note else ""
-    print(f"stored the results{where} in {count} ConfigMap(s) {args.results_configmap}-*", file=sys.stderr)
+    prefix = results.pod_prefix(args.results_configmap, args.load_pod)
+    print(f"stored the results{where} in {count} ConfigMap(s) {prefix}-*", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace, after_stage: Callable[[str], None] | None = None) -> int:
@@ -391,6 +420,7 @@ def _load(args: argparse.Namespace, after_stage: Callable[[str], None] | None = 
         treatment_metrics_url=args.treatment_metrics_url,
         dataset_file=args.dataset_file,
         salt=args.salt,
+        load_pod=args.load_pod,
         err=sys.stderr,
         after_stage=after_stage,
     )

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specdecode import exit_status
-from specdecode.experiment import fairness, keys, kvcache, spec, status, telemetry
+from specdecode.experiment import fairness, keys, kvcache, loadpods, spec, status, telemetry
 
 RESOURCE = f"{keys.PLURAL}.{keys.API_GROUP}"
 REPORT_KEY = "report.html.gz"
@@ -326,26 +326,33 @@ def _watch(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
 
 def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> list[str]:
     """A line per stage the load stored since the last look (the load Job stores its results
-    after every stage: ConfigMaps `<name>-results-<i>`). Results caught mid-upload are skipped
-    until the next look."""
+    after every stage: ConfigMaps `<name>-results-<i>`, or `<name>-results-pod<k>-<i>` from each
+    of `workload.loadPods` pods). Results caught mid-upload are skipped until the next look."""
     from specdecode import results
 
     name, generation = obj["metadata"]["name"], str(obj["metadata"].get("generation") or 1)
     prefix = f"{name}-results-"
+    pods = int(((obj.get("spec") or {}).get("workload") or {}).get("loadPods") or 1)
     try:
         items = kubectl.get("configmap", "-l", f"{keys.LABEL_RESULTS}={name}")["items"]
-        parts: dict[int, bytes] = {}
+        bundles: dict[str, dict[int, bytes]] = {}  # by load pod ("" for one, "pod<k>" for k of N)
         for cm in items:
-            index = str(cm["metadata"]["name"]).removeprefix(prefix)
+            pod, _, index = str(cm["metadata"]["name"]).removeprefix(prefix).rpartition("-")
             annotations = cm["metadata"].get("annotations") or {}
             data = (cm.get("binaryData") or {}).get(results.DATA_KEY)
             if index.isdigit() and data and annotations.get(keys.GENERATION_ANNOTATION) == generation:
-                parts[int(index)] = base64.b64decode(data)
-        if not parts or sorted(parts) != list(range(len(parts))):
-            return []
-        recs, _, windows, _ = results.parse(results.unpack(parts[i] for i in sorted(parts)))
+                bundles.setdefault(pod, {})[int(index)] = base64.b64decode(data)
+        shards = []
+        for pod in [""] if pods == 1 else [f"pod{k}" for k in range(pods)]:
+            parts = bundles.get(pod) or {}
+            if not parts or sorted(parts) != list(range(len(parts))):
+                return []
+            shards.append(results.parse(results.unpack(parts[i] for i in sorted(parts))))
+        recs, _, windows, _ = loadpods.merge(shards)
     except (KubectlError, results.ResultsError, ValueError, binascii.Error):
         return []
+    # a stage is measured once every load pod finished its shard of it
+    windows = [w for w in windows if all(any(v.stage == w.stage for v in s[2]) for s in shards)]
     stages = [str(s.get("name")) for s in ((obj.get("spec") or {}).get("workload") or {}).get("stages") or []]
     lines = []
     for window in windows:

@@ -5,7 +5,10 @@ gzip'd JSON bundle and split over ConfigMaps `<exp>-results-<i>` (binaryData, un
 limit). Every part carries its place (`specdecode.io/part: i/N`), the generation measured
 (`specdecode.io/generation`) and the sha256 of the whole bundle (`specdecode.io/bundle-digest`, the
 same on every part of one upload), and is owned by the experiment (deleting it removes them) and by
-the load Job that wrote it (the Job's uid comes to its pod through the downward API).
+the load Job that wrote it (the Job's uid comes to its pod through the downward API). A load Job
+of N > 1 pods (`spec.workload.loadPods`) stores one bundle per pod, `<exp>-results-pod<k>-<i>`
+(`pod_prefix`), each part also annotated with its pod (`specdecode.io/load-pod: k/N`); the operator
+reads every pod's bundle this way and merges them (`experiment/loadpods.py`).
 
 The load Job uploads (`upload`, from cli.py), the operator downloads and parses (`download`,
 `parse`), `kubectl specdecode watch` unpacks what it lists: so this module reaches Kubernetes only
@@ -196,6 +199,11 @@ def unpack(parts: Iterable[bytes], *, max_bytes: int = Limits().max_bytes) -> di
     return inflater.files()
 
 
+def pod_prefix(prefix: str, pod: tuple[int, int] | None) -> str:
+    """The ConfigMaps' name prefix of load pod (k, N)'s bundle: `prefix` itself for a one-pod Job."""
+    return prefix if pod is None or pod[1] == 1 else f"{prefix}-pod{pod[0]}"
+
+
 def build_config_maps(
     prefix: str,
     experiment: str,
@@ -203,10 +211,13 @@ def build_config_maps(
     *,
     owners: Sequence[Mapping[str, Any]] = (),
     generation: int | None = None,
+    pod: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """One ConfigMap per part, labelled for lookup, owned by `owners` (the experiment, the load Job)."""
+    """One ConfigMap per part, labelled for lookup, owned by `owners` (the experiment, the load Job);
+    `pod` (k, N): the bundle of load pod k of N (`pod_prefix`)."""
     maps = []
     bundle = digest(parts)
+    prefix = pod_prefix(prefix, pod)
     for i, part in enumerate(parts):
         metadata: dict[str, Any] = {
             "name": f"{prefix}-{i}",
@@ -218,6 +229,8 @@ def build_config_maps(
         }
         if generation is not None:
             metadata["annotations"][keys.GENERATION_ANNOTATION] = str(generation)
+        if pod is not None and pod[1] > 1:
+            metadata["annotations"][keys.LOAD_POD_ANNOTATION] = f"{pod[0]}/{pod[1]}"
         if owners:
             metadata["ownerReferences"] = [dict(owner) for owner in owners]
         maps.append(
@@ -258,10 +271,12 @@ async def upload(
     experiment: str,
     owners: Sequence[Mapping[str, Any]] = (),
     generation: int | None = None,
+    pod: tuple[int, int] | None = None,
 ) -> int:
-    """Store the result files of `directory`; returns the number of ConfigMaps written."""
+    """Store the result files of `directory` (load pod `pod`'s: `pod_prefix`); returns the number of
+    ConfigMaps written."""
     maps = build_config_maps(
-        prefix, experiment, pack(read_dir(directory)), owners=owners, generation=generation
+        prefix, experiment, pack(read_dir(directory)), owners=owners, generation=generation, pod=pod
     )
     for cm in maps:
         await kube.put(cm, namespace)
@@ -277,15 +292,19 @@ async def download(
     job_uid: str | None,
     limits: Limits = Limits(),
     round_name: str | None = None,
+    pod: tuple[int, int] | None = None,
 ) -> dict[str, str]:
     """The result files that load Job `job_uid` stored for `generation` of an experiment (of the
-    round `round_name`: `rounds.py`; None: the stages)."""
+    round `round_name`: `rounds.py`; None: the stages); `pod` (k, N): those of its load pod k of N."""
     names = manifests.Names(experiment)
     prefix, job_name = names.results_prefix_of(round_name), names.load_job_of(round_name)
+    prefix = pod_prefix(prefix, pod)
     if not job_uid:
         raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows who wrote the results")
     first = await kube.get(CONFIG_MAP, namespace, f"{prefix}-0")
     if first is None:
+        if pod is not None and pod[1] > 1:
+            raise ResultsMissing(f"load pod {pod[0]} of {pod[1]} stored no results ({prefix}-0)")
         raise ResultsMissing("the load Job stored no results")
     total = _total(first, prefix)
     if total > limits.max_parts:
@@ -300,7 +319,7 @@ async def download(
         cm = first if i == 0 else await kube.get(CONFIG_MAP, namespace, f"{prefix}-{i}")
         if cm is None:
             raise ResultsMissing(f"result part {i} of {total} ({prefix}-{i}) is missing")
-        part = _trusted_part(cm, i, total, bundle, generation=generation, job=(job_name, job_uid))
+        part = _trusted_part(cm, i, total, bundle, generation=generation, job=(job_name, job_uid), pod=pod)
         hashed.update(part)
         inflater.feed(part)
     if f"sha256:{hashed.hexdigest()}" != bundle:
@@ -319,6 +338,7 @@ def _trusted_part(
     *,
     generation: int,
     job: tuple[str, str],
+    pod: tuple[int, int] | None = None,
 ) -> bytes:
     """The part's bytes, once the ConfigMap shows it was written by load Job `job` for `generation`."""
     metadata = cm.get("metadata") or {}
@@ -337,6 +357,10 @@ def _trusted_part(
     if written_for != str(generation):
         raise ResultsUntrusted(
             f"ConfigMap {name} holds results of generation {written_for}, not {generation}"
+        )
+    if pod is not None and pod[1] > 1 and _annotation(cm, keys.LOAD_POD_ANNOTATION) != f"{pod[0]}/{pod[1]}":
+        raise ResultsUntrusted(
+            f"ConfigMap {name} is not annotated as the results of load pod {pod[0]}/{pod[1]}"
         )
     if (
         _annotation(cm, keys.PART_ANNOTATION) != f"{index}/{total}"

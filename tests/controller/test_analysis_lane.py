@@ -14,8 +14,9 @@ import pytest
 from specdecode import results
 from specdecode.controller import collect
 from specdecode.controller.settings import OperatorSettings
-from specdecode.experiment import reconcile, status
+from specdecode.experiment import reconcile, status, validation
 from tests.controller.fake_kube import FakeKube
+from tests.factories import experiment_document
 
 JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "exp-load", "uid": "job-uid"}
 
@@ -111,7 +112,9 @@ def test_at_most_two_experiments_are_collected_at_once_so_only_their_results_are
     async def scenario() -> list[Any]:
         kwargs: dict[str, Any] = {"job_uids": {}}
         calls = [collect.collect(FakeKube(), body, None, None, None, **kwargs) for _ in range(5)]  # type: ignore[arg-type]
-        calls += [collect.salvage(FakeKube(), body, None, failed, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
+        # (a salvage reads as many load pods' results as the spec's workload.loadPods says)
+        spec = validation.parse_experiment(experiment_document())[0]
+        calls += [collect.salvage(FakeKube(), body, spec, failed, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
         return list(await asyncio.gather(*calls))
 
     outcomes = asyncio.run(scenario())

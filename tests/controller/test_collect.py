@@ -478,3 +478,62 @@ def test_a_run_with_only_warm_up_requests_is_no_data_not_invalid_measurement(
     outcome = failure(run_collect(stored(files), experiment(prometheus(200, vector("1")))))
     assert (outcome.reason, outcome.transient) == ("NoData", False)
     assert "no measured requests" in outcome.message
+
+
+def two_pods(
+    files: dict[str, str], *, invalid_pod: int | None = None, missing_pod: int | None = None
+) -> FakeKube:
+    """`files` sent by two load pods: each pod's shard (index mod 2) in its own bundle, as each pod
+    of the Indexed Job stores it, on a clock 0.25 s apart."""
+    client = FakeKube()
+    lines = files["requests.jsonl"].splitlines()
+    windows = json.loads(files["windows.json"])
+    for k in range(2):
+        if k == missing_pod:
+            continue
+        shard = [line for line in lines if json.loads(line)["index"] % 2 == k]
+        validity = {
+            "valid": k != invalid_pod,
+            "reasons": ["schedule lag p99 9 ms > budget 5 ms"] * (k == invalid_pod),
+        }
+        anchor = {"monotonic": 0.0, "wall": windows["anchor"]["wall"] + 0.25 * k}
+        pod_files = {
+            "requests.jsonl": "".join(line + "\n" for line in shard),
+            "windows.json": json.dumps({**windows, "anchor": anchor}),
+            "loadgen-summary.json": json.dumps({"validity": validity}),
+        }
+        for cm in results.build_config_maps(
+            "exp-results", "exp", results.pack(pod_files), owners=[JOB_OWNER], generation=1, pod=(k, 2)
+        ):
+            client.add(cm)
+    return client
+
+
+def two_pod_experiment(url: str) -> spec.ExperimentSpec:
+    return experiment(url).model_copy(
+        update={"workload": experiment(url).workload.model_copy(update={"load_pods": 2})}
+    )
+
+
+def test_two_load_pods_results_are_merged_and_judged_as_one_pod_s(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    url = prometheus(200, vector("1"))
+    one = run_collect(stored(measured()), experiment(url))
+    two = run_collect(two_pods(measured()), two_pod_experiment(url))
+    assert isinstance(one, reconcile.Judgement) and isinstance(two, reconcile.Judgement), two
+    assert two.verdict is one.verdict is status.Verdict.PROMOTE
+    assert [(s.name, s.verdict, s.control.requests) for s in two.stages] == [
+        (s.name, s.verdict, s.control.requests) for s in one.stages
+    ]
+    assert two.validity is not None and [p["pod"] for p in two.validity["pods"]] == [0, 1]
+
+
+def test_a_load_pod_behind_schedule_or_without_results_fails_the_run_naming_it(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    url = prometheus(200, vector("1"))
+    invalid = failure(run_collect(two_pods(measured(), invalid_pod=1), two_pod_experiment(url)))
+    assert invalid.reason == "InvalidMeasurement" and "load pod 1: schedule lag p99 9 ms" in invalid.message
+    missing = failure(run_collect(two_pods(measured(), missing_pod=0), two_pod_experiment(url)))
+    assert missing.reason == "ResultsMissing" and "load pod 0 of 2 stored no results" in missing.message

@@ -292,3 +292,20 @@ def test_a_round_s_load_pod_is_not_the_stages_load_pod(label: str) -> None:
     job = {"metadata": {"name": "exp-load"}, "status": {}}
     observed = observe.observe("exp", 1, deployments=[], pods=[mine, other], jobs=[job])
     assert observed.job.pod is not None and observed.job.pod.name == "l"
+
+
+def test_the_load_pod_that_failed_is_the_one_an_indexed_job_reports() -> None:
+    """Of the pods of a Job of `loadPods` > 1, the one that exited non-zero, whichever came last."""
+    failed = {
+        "metadata": {"name": "exp-load"},
+        "status": {"conditions": [{"type": "Failed", "status": "True"}]},
+    }
+
+    def load_pod(name: str, code: int | None) -> dict[str, Any]:
+        state = {"running": {}} if code is None else {"terminated": {"reason": "Error", "exitCode": code}}
+        return pod(name, component="load", containerStatuses=[{"state": state}])
+
+    pods = [load_pod("exp-load-0-a", 0), load_pod("exp-load-1-b", 3), load_pod("exp-load-2-c", None)]
+    state = observe.job_state(failed, pods)
+    assert state.pod is not None and (state.pod.name, state.pod.last_exit_code) == ("exp-load-1-b", 3)
+    assert observe.job_state(failed, pods[:1] + pods[2:]).pod.name == "exp-load-2-c"  # type: ignore[union-attr]

@@ -596,6 +596,9 @@ class PodRuntime:
             "KUBERNETES_SERVICE_PORT_HTTPS": str(a.api_port),
             "KUBERNETES_PORT": f"tcp://{a.api_host}:{a.api_port}",
             "PYTHONUNBUFFERED": "1",
+            # the code under test where the tests run with PYTHONPATH over the venv's editable install
+            # (a worktree of the checkout the venv was made for): the pods run the same code as the test
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
             **a.node_env.get(self.spec.get("nodeName", ""), {}),
         }
         for src in c.get("envFrom", []):

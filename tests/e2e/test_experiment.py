@@ -264,6 +264,45 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert cs["state"]["terminated"]["exitCode"] == 0
 
 
+def test_two_load_pods_send_one_schedule_and_reach_the_verdict_of_one_load_pod_on_the_same_seed(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """`workload.loadPods: 2` (#16): an Indexed Job of two load pods, each sending half of the pairs
+    (index mod 2) to both arms, each storing its own results; the operator merges them and judges
+    the experiment as it judges the one-pod run of the same spec and seed."""
+    verdicts = {}
+    for pods in (1, 2):  # both at once (the agent's nodes have GPUs for both)
+        doc = experiment(f"pods{pods}", "h200-8b-draft-1b")
+        doc["spec"]["workload"]["stages"] = [{"name": "c2", "concurrency": 2}]
+        doc["spec"]["workload"]["loadPods"] = pods
+        operator.apply(doc)
+    for pods in (1, 2):
+        name = f"pods{pods}"
+        status, _ = run_to_the_end(operator, prometheus, node_agent, name, timeout=360)
+        detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+        assert status["phase"] == "Completed", detail
+        (stage,) = status["stages"]
+        verdicts[pods] = (status["verdict"], stage["name"], stage["verdict"])
+        load = operator.get("pods", "", "-l", f"job-name={name}-load")["items"]
+        assert sorted(p["status"]["phase"] for p in load) == ["Succeeded"] * pods, detail
+        stored = {
+            cm["metadata"]["name"]
+            for cm in operator.get("configmaps")["items"]
+            if cm["metadata"]["name"].startswith(f"{name}-results-")
+        }
+        if pods == 2:
+            job = operator.get("job", f"{name}-load")
+            assert (job["spec"]["completionMode"], job["status"]["succeeded"]) == ("Indexed", 2)
+            assert {f"{name}-results-pod0-0", f"{name}-results-pod1-0"} <= stored, stored
+            # two pods run each stage to its bound (no pod stops on its half alone): all 80 pairs
+            assert stage["control"]["requests"] == stage["treatment"]["requests"] == 80, detail
+            validity = status["validity"]
+            assert [p["pod"] for p in validity["pods"]] == [0, 1] and validity["valid"], validity
+        else:
+            assert f"{name}-results-0" in stored and not any("-pod" in n for n in stored), stored
+    assert verdicts[2] == verdicts[1] == ("Reject", "c2", "Fail"), verdicts
+
+
 def test_the_arms_gpu_telemetry_from_dcgm_series_is_in_the_status_and_the_report(
     operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
 ) -> None:

@@ -190,3 +190,45 @@ def test_describe_shows_the_draft_s_memory_cost_and_each_stage_s_gpus() -> None:
         "  gpu: no DCGM metrics for the arms' pods (Prometheus holds no dcgm-exporter series for them)"
         in plugin.describe(absent).splitlines()
     )
+
+
+def test_watch_reports_a_stage_once_every_load_pod_stored_its_shard_of_it(tmp_path: Path) -> None:
+    """`workload.loadPods: 2`: each pod's bundle (`<name>-results-pod<k>-<i>`), merged; a stage is
+    measured when both pods finished it."""
+    from specdecode import results
+    from specdecode.experiment import records
+
+    def bundle(pod: int, stages: list[str]) -> list[dict[str, Any]]:
+        recs = [
+            records.RequestRecord(stage=stage, index=i, arm=arm, sent=1.0, end=2.0)
+            for stage in stages
+            for i in range(pod, 6, 2)
+            for arm in ("control", "treatment")
+        ]
+        windows = [records.StageWindow(stage=stage, start=1.0, end=3.0) for stage in stages]
+        files = {
+            "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
+            "windows.json": json.dumps(
+                {"anchor": {"monotonic": 0, "wall": 0}, "windows": [w.model_dump() for w in windows]}
+            ),
+        }
+        return results.build_config_maps(
+            "exp-results", "exp", results.pack(files), generation=1, pod=(pod, 2)
+        )
+
+    def watch(*maps: dict[str, Any]) -> list[str]:
+        listing = tmp_path / "list.json"
+        listing.write_text(json.dumps({"items": list(maps)}))
+        kubectl = tmp_path / "kubectl"
+        kubectl.write_text(f"#!/bin/sh\ncat {listing}\n")
+        kubectl.chmod(0o755)
+        obj = {
+            "metadata": {"name": "exp", "generation": 1},
+            "spec": {"workload": {"loadPods": 2, "stages": [{"name": "low"}, {"name": "c16"}]}},
+        }
+        return plugin._finished_stages(plugin.Kubectl(str(kubectl)), obj, set())
+
+    assert watch(*bundle(0, ["low", "c16"])) == []  # pod 1 stored nothing yet
+    (line,) = watch(*bundle(0, ["low", "c16"]), *bundle(1, ["low"]))
+    assert line.startswith("stage low measured: 6 pairs in 2.0 s"), line
+    assert len(watch(*bundle(0, ["low", "c16"]), *bundle(1, ["low", "c16"]))) == 2

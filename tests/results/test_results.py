@@ -225,3 +225,51 @@ def test_a_part_labelled_with_another_index_or_count_is_refused(label: str) -> N
     part["metadata"]["annotations"][keys.PART_ANNOTATION] = label
     with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
         download(client)
+
+
+def stored_pods(
+    bundles: dict[int, dict[str, str]], pods: int, *, annotated: dict[int, int] | None = None
+) -> FakeKube:
+    """Load pods' bundles as each pod of an Indexed Job stores its own; `annotated`: a pod's bundle
+    stored under another pod's annotation."""
+    client = FakeKube()
+    for k, files in bundles.items():
+        pod = ((annotated or {}).get(k, k), pods)
+        for cm in results.build_config_maps(
+            "exp-results", "exp", results.pack(files), owners=[JOB_OWNER], generation=3, pod=pod
+        ):
+            cm["metadata"]["name"] = cm["metadata"]["name"].replace(f"-pod{pod[0]}-", f"-pod{k}-")
+            client.add(cm)
+    return client
+
+
+def download_pod(client: FakeKube, pod: tuple[int, int]) -> dict[str, str]:
+    return asyncio.run(
+        results.download(client, namespace="ns", experiment="exp", generation=3, job_uid=JOB_UID, pod=pod)
+    )
+
+
+def test_each_load_pod_stores_its_own_bundle_which_is_read_back_as_that_pod_s() -> None:
+    second = {**FILES, "requests.jsonl": '{"b": 2}\n'}
+    client = stored_pods({0: FILES, 1: second}, 2)
+    cm = client.named(results.CONFIG_MAP, "exp-results-pod1-0")
+    assert cm["metadata"]["annotations"][keys.LOAD_POD_ANNOTATION] == "1/2"
+    assert download_pod(client, (0, 2)) == FILES and download_pod(client, (1, 2)) == second
+    # one pod: the names and annotations of before
+    (single,) = results.build_config_maps("exp-results", "exp", results.pack(FILES), pod=(0, 1))
+    assert single["metadata"]["name"] == "exp-results-0"
+    assert keys.LOAD_POD_ANNOTATION not in single["metadata"]["annotations"]
+
+
+def test_a_load_pod_that_stored_nothing_is_results_missing_naming_it() -> None:
+    client = stored_pods({0: FILES, 2: FILES}, 3)
+    with pytest.raises(
+        results.ResultsMissing, match=r"load pod 1 of 3 stored no results \(exp-results-pod1-0\)"
+    ):
+        download_pod(client, (1, 3))
+
+
+def test_a_bundle_annotated_as_another_pod_s_is_untrusted() -> None:
+    client = stored_pods({0: FILES, 1: FILES}, 2, annotated={1: 0})
+    with pytest.raises(results.ResultsUntrusted, match="not annotated as the results of load pod 1/2"):
+        download_pod(client, (1, 2))

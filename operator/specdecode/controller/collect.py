@@ -40,6 +40,7 @@ from specdecode.experiment import (
     crossover,
     keys,
     kvcache,
+    loadpods,
     manifests,
     promql,
     recommendation,
@@ -274,23 +275,30 @@ async def read_results(
     *,
     job_uid: str | None,
     round_name: str | None = None,
+    pods: int = 1,
 ) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
     """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
     parsed off the event loop; raises `results.ResultsError` (a ValueError of parsing becomes
-    `ResultsCorrupt`)."""
-    files = await results.download(
-        kube,
-        namespace=str(metadata["namespace"]),
-        experiment=str(metadata["name"]),
-        generation=int(metadata.get("generation") or 1),
-        job_uid=job_uid,
-        limits=settings.results_limits,
-        round_name=round_name,
-    )
-    try:
-        return await in_analysis_lane(results.parse, files)
-    except ValueError as exc:
-        raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
+    `ResultsCorrupt`). A Job of `pods` > 1 load pods: every pod's bundle, each read and trusted as
+    one Job's, merged into one (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
+    shards = []
+    for pod in [None] if pods == 1 else [(k, pods) for k in range(pods)]:
+        files = await results.download(
+            kube,
+            namespace=str(metadata["namespace"]),
+            experiment=str(metadata["name"]),
+            generation=int(metadata.get("generation") or 1),
+            job_uid=job_uid,
+            limits=settings.results_limits,
+            round_name=round_name,
+            pod=pod,
+        )
+        try:
+            shards.append(await in_analysis_lane(results.parse, files))
+        except ValueError as exc:
+            raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
+        del files
+    return shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
 
 
 async def with_prometheus(
@@ -341,7 +349,12 @@ async def measured(
     name, namespace = metadata["name"], metadata["namespace"]
     try:
         recs, anchor, windows, summary = await read_results(
-            kube, metadata, settings, job_uid=job_uid, round_name=round_name
+            kube,
+            metadata,
+            settings,
+            job_uid=job_uid,
+            round_name=round_name,
+            pods=experiment.workload.load_pods,
         )
     except results.ResultsError as exc:
         return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
@@ -657,7 +670,9 @@ async def salvage(
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     try:
-        recs, anchor, windows, summary = await read_results(kube, metadata, settings, job_uid=job_uid)
+        recs, anchor, windows, summary = await read_results(
+            kube, metadata, settings, job_uid=job_uid, pods=experiment.workload.load_pods
+        )
     except results.ResultsError:
         return failed
     stages = {s.name for s in experiment.workload.stages}

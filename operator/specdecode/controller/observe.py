@@ -127,7 +127,10 @@ def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) 
             succeeded = True
         elif condition.get("type") == "Failed":
             failed, reason, message = True, condition.get("reason"), condition.get("message")
-    pod = pod_state(pods[-1]) if pods else None
+    states = [pod_state(p) for p in pods]
+    # an Indexed Job's pod that failed, rather than one of the others (`spec.workload.loadPods`)
+    failing = [p for p in states if p.last_exit_code not in (None, 0)]
+    pod = failing[0] if failing else states[-1] if states else None
     uid = (job.get("metadata") or {}).get("uid")
     return reconcile.JobState(
         exists=True, uid=uid, succeeded=succeeded, failed=failed, reason=reason, message=message, pod=pod

@@ -34,6 +34,8 @@ Annotations (`specdecode.io/...`):
 - `PART_ANNOTATION` (`specdecode.io/part`): on a results ConfigMap, its place `i/N` in the bundle.
 - `DIGEST_ANNOTATION` (`specdecode.io/bundle-digest`): on every results ConfigMap of one upload, the
   sha256 of the whole bundle.
+- `LOAD_POD_ANNOTATION` (`specdecode.io/load-pod`): on a results ConfigMap of a load Job of more
+  than one pod (`spec.workload.loadPods`), the pod `k/N` whose bundle it belongs to.
 
 Keys of others:
 
@@ -41,6 +43,8 @@ Keys of others:
   set on every child (`manifests.labels`).
 - `JOB_UID_LABEL`, `JOB_NAME_LABEL`: set by the Job controller on a Job's pods (Kubernetes >= 1.27);
   the load pod learns its Job from them (downward API), the operator reads the name.
+- `JOB_COMPLETION_INDEX_ENV`: set by the Job controller in each pod of an Indexed Job, its index
+  (the load pod's shard, `spec.workload.loadPods`).
 """
 
 from __future__ import annotations
@@ -62,8 +66,10 @@ ROUND_ANNOTATION = f"{API_GROUP}/round"
 ABORT_ANNOTATION = f"{API_GROUP}/abort"
 PART_ANNOTATION = f"{API_GROUP}/part"
 DIGEST_ANNOTATION = f"{API_GROUP}/bundle-digest"
+LOAD_POD_ANNOTATION = f"{API_GROUP}/load-pod"
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"

@@ -499,6 +499,11 @@ def build_load_job(
     spec `generation` they measured. `round_name`: a round after the stages (`rounds.py`), with its
     own Job, spec ConfigMap and results. `salt`: the prompts' nonce salt (`load_salt`: one per
     generation, so that every round sends the same prompts).
+
+    `spec.workload.loadPods` N > 1: an Indexed Job of N pods at once, each sending its shard of the
+    schedule (`loadpods.py`; its index from JOB_COMPLETION_INDEX, which the Job controller sets);
+    with `backoffLimit: 0` one pod failing fails the Job, which completes when all N have. One pod
+    renders the Job as before (no completion mode): nothing changes for the experiments of today.
     """
     names = Names(name)
     argv = [
@@ -522,6 +527,9 @@ def build_load_job(
         argv += ["--owner-uid", owner_uid]
     if generation is not None:
         argv += ["--generation", str(generation)]
+    pods = s.workload.load_pods
+    if pods > 1:
+        argv += ["--load-pods", str(pods)]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {
@@ -566,11 +574,13 @@ def build_load_job(
         )
         argv += ["--dataset-file", f"{DATASET_MOUNT}/prompts.jsonl"]
     job_labels = labels(name, component="load")
+    indexed = {"completionMode": "Indexed", "completions": pods, "parallelism": pods} if pods > 1 else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": names.load_job_of(round_name), "labels": job_labels},
         "spec": {
+            **indexed,
             # A retried load would measure twice and mix the results: one attempt, a failure is final.
             "backoffLimit": 0,
             "activeDeadlineSeconds": int(s.deadlines.run_seconds),

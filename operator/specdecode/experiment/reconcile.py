@@ -462,7 +462,8 @@ def _running(
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
         if job.pod is not None and job.pod.last_terminated_reason:
-            detail += f" (load pod: {job.pod.last_terminated_reason}, exit {job.pod.last_exit_code})"
+            pod = job.pod
+            detail += f" (load pod {pod.name}: {pod.last_terminated_reason}, exit {pod.last_exit_code})"
         return _fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed)
     if job.succeeded:
         return _enter(

@@ -432,6 +432,54 @@ def check_workload(workload: spec.WorkloadSpec) -> list[Problem]:
         problems.append(Problem("spec.workload.search.rate", MULTI_TURN_CLOSED_LOOP))
     if workload.arrival is not spec.Arrival.GAMMA and workload.burstiness != 1.0:
         problems.append(Problem("spec.workload.burstiness", "only applies to arrival: gamma"))
+    return problems + _check_load_pods(workload)
+
+
+def _check_load_pods(workload: spec.WorkloadSpec) -> list[Problem]:
+    """More than one load pod: every closed-loop load keeps at least one request in flight per pod,
+    and no multi-turn sessions (`experiment/loadpods.py`)."""
+    pods = workload.load_pods
+    if pods == 1:
+        return []
+    problems: list[Problem] = []
+    if isinstance(workload.dataset, spec.MultiTurnDataset):
+        problems.append(
+            Problem(
+                "spec.workload.loadPods",
+                f"is {pods}, but a multi-turn dataset is sent by one load pod (a session's turns go in "
+                "order through one client); set loadPods: 1",
+            )
+        )
+    bounds: list[tuple[str, int | None]] = [("spec.workload.requestsPerStage", workload.requests_per_stage)]
+    bounds += [(f"spec.workload.stages[{i}].requests", s.requests) for i, s in enumerate(workload.stages)]
+    if workload.search is not None:
+        bounds.append(("spec.workload.search.requestsPerProbe", workload.search.requests_per_probe))
+    problems += [
+        Problem(
+            where,
+            f"is {n}, fewer than spec.workload.loadPods ({pods}): a pod would have no request to send; "
+            "raise it or lower loadPods",
+        )
+        for where, n in bounds
+        if n is not None and n < pods
+    ]
+    fewer = f"fewer concurrent requests than spec.workload.loadPods ({pods}), which share them out"
+    for i, stage in enumerate(workload.stages):
+        if stage.concurrency is not None and stage.concurrency < pods:
+            problems.append(
+                Problem(
+                    f"spec.workload.stages[{i}].concurrency",
+                    f"is {stage.concurrency}, {fewer}; raise it or lower loadPods",
+                )
+            )
+    searched = workload.search.concurrency if workload.search is not None else None
+    if searched is not None and searched.from_ < pods:
+        problems.append(
+            Problem(
+                "spec.workload.search.concurrency.from",
+                f"is {searched.from_:g}, {fewer}; raise it or lower loadPods",
+            )
+        )
     return problems
 
 

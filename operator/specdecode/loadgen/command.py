@@ -80,6 +80,7 @@ def main(
     treatment_metrics_url: str | None = None,
     dataset_file: Path | None = None,
     salt: str | None = None,
+    load_pod: tuple[int, int] | None = None,
     err: TextIO = sys.stderr,
     after_stage: Callable[[str], None] | None = None,
 ) -> int:
@@ -87,7 +88,8 @@ def main(
 
     `after_stage(stage)` runs between stages, once the stage's records and window are on disk (the
     load Job stores them there, so a Job killed later keeps every stage it finished); the next
-    stage starts when it returns.
+    stage starts when it returns. `load_pod` (pod, pods): send only that pod's shard of the plan
+    (`plan.shard`), to every stage's bound (no sequential stop: `experiment/loadpods.py`).
     """
     try:
         exp = documents.load_experiment(experiment)
@@ -98,6 +100,9 @@ def main(
             salt=salt,
             scrape_metrics=scrape_metrics,
         )
+        stop_rule = plan_mod.stop_rule(exp.spec)
+        if load_pod is not None and load_pod[1] > 1:
+            plan, stop_rule = plan_mod.shard(plan, *load_pod), None
         api_key = None
         if api_key_env:
             api_key = os.environ.get(api_key_env)
@@ -125,9 +130,7 @@ def main(
     if after_stage is not None:
         progress = _AfterStage(progress, after_stage)
     with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
-        result = loop.run(
-            runner.run(plan, endpoints, out, progress=progress, stop_rule=plan_mod.stop_rule(exp.spec))
-        )
+        result = loop.run(runner.run(plan, endpoints, out, progress=progress, stop_rule=stop_rule))
     measured = [s for s in result.summary["stages"] if not s["warmup"]]
     ok = sum(a["ok"] for s in measured for a in s["arms"].values())
     validity = result.summary["validity"]

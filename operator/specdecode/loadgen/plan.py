@@ -12,10 +12,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specdecode.experiment import records, sequential, verdict
+from specdecode.experiment import loadpods, records, sequential, verdict
 from specdecode.experiment import spec as spec_mod
 from specdecode.loadgen import schedule, sessions, trace, workload
 
@@ -36,6 +36,13 @@ class StagePlan:
     looks: tuple[int, ...] = ()
     """Completed pairs at which the stop rule is asked: the sequential design's planned looks
     (`sequential.planned_looks`); empty: every `Plan.look_every` pairs."""
+    indices: tuple[int, ...] | None = None
+    """A load pod's shard (`shard`): the stage's index of each of `requests`, which its records and
+    request ids carry; None: the whole stage, request i is index i."""
+
+    def index_of(self, position: int) -> int:
+        """The stage's index of `requests[position]` (the pair key of its records)."""
+        return position if self.indices is None else self.indices[position]
 
     @property
     def open_loop(self) -> bool:
@@ -312,6 +319,33 @@ def plan_from_spec(
             "model": spec.served_name,
         },
     )
+
+
+def shard(plan: Plan, pod: int, pods: int) -> Plan:
+    """Load pod `pod`'s part of `plan` when `pods` pods send it (`experiment/loadpods.py`): request
+    i of every stage if `i % pods == pod`, at its planned send time, and its share of a closed-loop
+    stage's concurrency (a warm-up's at least 1: it is not measured). The pods' shards together are
+    `plan`, each request in exactly one. No looks: the pods run their stages to the bound."""
+    if not 0 <= pod < pods:
+        raise ValueError(f"load pod {pod} is not one of {pods} (0..{pods - 1})")
+    stages = []
+    for sp in plan.stages:
+        kept = [i for i in range(len(sp.requests)) if loadpods.in_shard(sp.index_of(i), pod, pods)]
+        concurrency = sp.concurrency
+        if concurrency is not None:
+            share = loadpods.concurrency_share(concurrency, pod, pods)
+            concurrency = max(1, share) if sp.warmup else share
+        stages.append(
+            replace(
+                sp,
+                requests=tuple(sp.requests[i] for i in kept),
+                offsets=None if sp.offsets is None else tuple(sp.offsets[i] for i in kept),
+                indices=tuple(sp.index_of(i) for i in kept),
+                concurrency=concurrency,
+                looks=(),
+            )
+        )
+    return replace(plan, stages=tuple(stages))
 
 
 StopRule = Callable[[str, Sequence[records.RequestRecord]], bool]

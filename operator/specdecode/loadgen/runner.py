@@ -379,7 +379,7 @@ class _Run:
         rel = self._rel
         fields: dict[str, Any] = dict(
             stage=st.plan.name,
-            index=i,
+            index=st.plan.index_of(i),
             arm=arm,
             warmup=st.plan.warmup,
             prompt_id=req.prompt_id,
@@ -497,7 +497,7 @@ class _Run:
         sp = st.plan
         assert sp.offsets is not None
         payloads = [
-            {arm: self._payload(arm, sp.name, i, r.path, r.body) for arm in self.arms}
+            {arm: self._payload(arm, sp.name, sp.index_of(i), r.path, r.body) for arm in self.arms}
             for i, r in enumerate(sp.requests)
         ]
         t0 = time.monotonic() + self.plan.lead_s
@@ -515,7 +515,7 @@ class _Run:
             await clock.sleep_until(target)
             if st.stop.is_set():
                 break
-            for arm in pair_order(self.arms, i):
+            for arm in pair_order(self.arms, sp.index_of(i)):
                 # written here and now when a pooled connection is idle; the task reads the response
                 ex = http.Exchange()
                 started = http.send_now(self.pools[arm], payloads[i][arm][1], ex)
@@ -528,7 +528,9 @@ class _Run:
         next_unit = dict.fromkeys(self.arms, 0)
 
         payloads = {
-            arm: [self._payload(arm, sp.name, i, r.path, r.body) for i, r in enumerate(sp.requests)]
+            arm: [
+                self._payload(arm, sp.name, sp.index_of(i), r.path, r.body) for i, r in enumerate(sp.requests)
+            ]
             for arm in self.arms
         }
         # a slot's unit of work: one request, or one session's turns in order

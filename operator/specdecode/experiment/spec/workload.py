@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from specdecode.experiment import sweep
+from specdecode.experiment import loadpods, sweep
 from specdecode.experiment.spec.base import Model, cel, cel_extra
 
 # ------------------------------------------------------------------------------------------- workload
@@ -405,6 +405,13 @@ class WorkloadSpec(Model):
     many requests (real vLLM pays a one-time cost at a new batch size)."""
     request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
     """A request that takes longer counts as an error (class `timeout`)."""
+    load_pods: int = Field(default=1, ge=1, le=loadpods.MAX_PODS)
+    """Load pods (the operator's load Job): request i of every stage goes from pod i mod loadPods to
+    both arms, so the pods together send the one paired schedule at rates one pod's core cannot hold
+    (a closed-loop stage's concurrency is shared out among them); their results are merged before
+    the analysis and the run is valid only when every pod kept to its schedule. With more than one,
+    sequential analysis judges at its looks but stages run to their bound, and a multi-turn dataset
+    is refused. `run --local` sends the load from one process whatever this says."""
     search: Search | None = None
     """After the stages, search for the break-even load (`goal: breakEven`): bisection over
     `concurrency` or `rate` between bounds, each probe a paired stage (`status.search`); the operator

@@ -317,8 +317,11 @@ class ExperimentStatus(StatusModel):
     """Where speculation stops paying."""
     noise_floor: NoiseFloor | None = None
     """The A/A result (only with `analysis.mode: NoiseFloor`)."""
-    validity: dict[str, Any] | None = None
-    """The load generator's own health (schedule lag, loop lag, client CPU)."""
+    validity: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """The load generator's own health (schedule lag, loop lag, client CPU; each load pod's in `pods`)."""
+    # (unknown fields preserved: the API server would prune the nested blocks of a plain map)
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
     rounds: list[Round] = Field(default_factory=list)
