@@ -157,6 +157,10 @@ class Judgement:
     next_round: Round | None = None
     """A round is owed before the verdict (`rounds.py`): the other fields are the judgement so far,
     kept in status while the round runs (without a verdict)."""
+    degradations: list[status.Degradation] | None = None
+    """What the treatment's log says vLLM weakened, read by the shell at the end (`run --local`,
+    whose treatment may start only after the Running entry: one GPU); None: as read when the load
+    started (`Observed.degradations`)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,11 @@ class CollectFailure:
     message: str
     transient: bool = False
     """Worth retrying until the analysis grace period is over (e.g. Prometheus unreachable)."""
+    stages: list[status.StageResult] = field(default_factory=list)
+    """The stages as measured when the run was measured but cannot be judged (an invalid measurement:
+    `run --local` keeps them in result.json and its report); kept in status.stages of the Failed."""
+    speedup_summary: str | None = None
+    validity: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,10 @@ class Observed:
     """Once both arms are Ready: what the treatment's log says vLLM weakened (None: not read)."""
     arm_pods: dict[spec.Arm, fairness.ArmPod] = field(default_factory=dict)
     """Once both arms are Ready: each arm's live pod as `fairness` compares them (empty: not read)."""
+    environment: status.Environment | None = None
+    """Once both arms are Ready, where the shell knows the whole environment itself (`run --local`:
+    the command that started the arms, no image, its own hosts): taken as it is instead of the one
+    built from the pods and `hosts` (None: built here)."""
 
 
 @dataclass(frozen=True)
@@ -378,7 +391,7 @@ def _deploying(
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
-    if ready and observed.hosts:
+    if ready and (observed.hosts or observed.environment is not None):
         # Where the arms run is known from here on, whatever happens next (it may explain a failure).
         current = current.model_copy(update={"environment": _environment(s, observed)})
     differ_pods = _arm_differences(observed) if ready else []
@@ -493,6 +506,9 @@ def _analyzing(
                 update={"reason": outcome.reason, "message": f"{RETRYING}{outcome.message}"}
             )
             return Decision(waiting)
+        if outcome.stages:
+            kept = {"stages": outcome.stages, "speedup_summary": outcome.speedup_summary}
+            current = current.model_copy(update={**kept, "validity": outcome.validity})
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
     environment = outcome.environment or current.environment
     if outcome.next_round is not None:
@@ -514,6 +530,7 @@ def _analyzing(
             "results_ref": outcome.results_ref,
             "crossover": outcome.crossover,
             "search": outcome.search,
+            "degradations": current.degradations if outcome.degradations is None else outcome.degradations,
             "completed_at": _ts(now),
             "phase_started_at": _ts(now),
         }
@@ -874,6 +891,8 @@ def _arm_differences(observed: Observed) -> list[status.ArmDifference]:
 
 
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
+    if observed.environment is not None:
+        return observed.environment
     pods = [pod for arm in spec.Arm for pod in observed.arms.get(arm, ArmState()).pods]
     environment = placement.environment(
         s,

@@ -45,7 +45,6 @@ from rich.console import Console
 
 from specdecode import exit_status
 from specdecode.experiment import (
-    advice,
     confirm,
     crossover,
     degradations,
@@ -65,7 +64,7 @@ from specdecode.experiment import (
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner, workload
-from specdecode.local import engines, hosts, view
+from specdecode.local import engines, hosts, lifecycle, view
 from specdecode.report import results, terminal
 from specdecode.sources import prometheus
 
@@ -75,6 +74,12 @@ CROSSOVER_DIR = "crossover"
 #: `analysis.confirm`: the confirmation round's load (requests.jsonl, windows.json) under DIR
 CONFIRMATION_DIR = "confirmation"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+GENERATION = 1
+"""A local run measures one spec: its status is generation 1's, as a new resource's."""
+ONE_AFTER_THE_OTHER = (
+    "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, "
+    "so pairs were not simultaneous"
+)
 
 
 @dataclass(frozen=True)
@@ -97,12 +102,8 @@ class Terminated(KeyboardInterrupt):
         self.signal = signal.Signals(signum).name
 
 
-class ArmFailure(Exception):
+class ArmFailure(lifecycle.Failure):
     """An arm stopped serving during the run."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def run(path: Path, options: Options) -> int:
@@ -182,9 +183,19 @@ def _finish(
 
 
 class _Run:
+    """One local run: the world `lifecycle.drive` observes and acts on (`lifecycle.World`).
+
+    The phases are the core's (`reconcile.decide`): CreateArms starts both arms and waits for their
+    `/health` (given URLs: attaches to them; one GPU: nothing yet, the load starts each arm in its
+    turn), CreateLoad runs the load (with the search's probes), and the analysis is judged when the
+    core asks for it (Analyzing). CleanupArms and ReleaseArms are carried out when the run ends:
+    `engines.Engines` stops every arm then, after the confirmation round that may still need them.
+    """
+
     def __init__(self, experiment: documents.Experiment, options: Options, show: view.View) -> None:
         self.experiment = experiment
         self.spec = experiment.spec
+        self.subject = reconcile.Subject(name=experiment.name, generation=GENERATION, spec=experiment.spec)
         self.options = options
         self.view = show
         self.out = options.out
@@ -195,46 +206,101 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
+        self.environment: status.Environment | None = None
+        """What was measured and where (the arms' hosts), once the arms serve."""
         self.judged: ExperimentStatus | None = None
         """The verdict, once reached (`analysis.confirm`: before the confirmation round)."""
         self.gpus: dict[spec.Arm, str] = {}
+        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.search: status.SearchResult | None = None
         """`workload.search`: the break-even probes, run after the stages."""
         self.finished: dict[str, set[str]] = {}
         """Per arm: the stages its load finished (an interruption keeps those both arms finished)."""
-        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
+        self.arms: engines.Engines | None = None
+        self.in_turn = False
+        """The arms run one after the other (GPUs for one arm only): the load starts each in its turn."""
+        self.loaded = False
+        """The load (and the search's probes) ran to its end."""
+        self.analysis: reconcile.Judgement | reconcile.CollectFailure | None = None
+        self.current = ExperimentStatus()
+        """The status the core decided last (an interruption ends the run from it)."""
         self.written: ExperimentStatus | None = None
         """The status last written to result.json (its conditions' transition times carry over)."""
-        self.status = ExperimentStatus(
-            observed_generation=1,
-            phase=Phase.DEPLOYING,
-            started_at=_now(),
-            results_ref=status.ResultsRef(directory=str(options.out)),
-        )
 
     # ------------------------------------------------------------------------------------- phases
 
     def execute(self) -> ExperimentStatus:
-        for weak in advice.advice(self.spec):
-            self.view.message(f"warning: {weak}")
         with engines.Engines(self.spec, self.out / "logs") as arms:
-            try:
-                return self._execute(arms)
-            except engines.EngineError as exc:
-                return self.failed("EngineUnavailable", str(exc))
-            except ArmFailure as exc:
-                return self.failed(exc.reason, str(exc))
+            self.arms = arms
+            final = self._write(lifecycle.drive(self.subject, self))
+            if self.spec.analysis.confirm and final.phase is Phase.COMPLETED:
+                final = self._confirmed(arms, final)
+            return final
 
-    def _execute(self, arms: engines.Engines) -> ExperimentStatus:
+    # --------------------------------------------------------------------- lifecycle.World
+
+    def observe(self, current: ExperimentStatus) -> reconcile.Observed:
+        """The arms' processes (or given servers), the load, and in Analyzing the judged results."""
+        if current.phase is Phase.ANALYZING and self.analysis is None and self.arms is not None:
+            with _engine_failures():
+                self.analysis = self._judgement(self.arms)
+        return reconcile.Observed(
+            arms={arm: self._arm_state(arm) for arm in spec.Arm},
+            job=reconcile.JobState(exists=self.loaded, succeeded=self.loaded),
+            analysis=self.analysis if current.phase is Phase.ANALYZING else None,
+            environment=self.environment,
+        )
+
+    def carry_out(self, action: reconcile.Action, decided: ExperimentStatus) -> None:
+        """CreateArms and CreateLoad once each (they block until done); the rest at the run's end."""
+        arms = self.arms
+        if arms is None:
+            return
+        with _engine_failures():
+            if action is reconcile.Action.CREATE_ARMS and not arms.arms and not self.in_turn:
+                self._create_arms(arms)
+            elif action is reconcile.Action.CREATE_LOAD and not self.loaded:
+                self._run_load(arms)
+                self.loaded = True
+
+    def decided(self, decision: reconcile.Decision) -> None:
+        """Keeps the status; shows the core's warnings on the way (a weak design, differing hosts)."""
+        self.current = decision.status
+        if not decision.status.phase.is_terminal:
+            for event in decision.events:
+                if event.type == "Warning":
+                    self.view.message(f"warning: {event.message}")
+
+    def _arm_state(self, arm: spec.Arm) -> reconcile.ArmState:
+        """An arm as the core sees a Deployment: one pod, Ready once it answered `/health`."""
+        if self.in_turn:  # each arm starts in its turn during the load: nothing to wait for before it
+            return reconcile.ArmState(
+                exists=True, ready_replicas=1, pods=(reconcile.PodState(arm.value, "Running", ready=True),)
+            )
+        state = self.arms.arms.get(arm) if self.arms is not None else None
+        if state is None:
+            return reconcile.ArmState()
+        name = f"{arm.value}-{state.process.pid}" if state.process is not None else state.url
+        code = state.exit_code()
+        if code is not None and not state.stopped:
+            died = reconcile.PodState(
+                name, "Failed", last_terminated_reason=f"exit {code}", last_exit_code=code
+            )
+            return reconcile.ArmState(exists=True, pods=(died,))
+        return reconcile.ArmState(
+            exists=True, ready_replicas=1, pods=(reconcile.PodState(name, "Running", ready=True),)
+        )
+
+    def _create_arms(self, arms: engines.Engines) -> None:
+        """Both arms started and healthy (given URLs: attached); one GPU: checked, started in turn later."""
         if self.options.control_url and self.options.treatment_url:
             arms.attach(
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
-            self._load_together(arms, {})
         elif (kind := engines.engine_kind(self.spec)) == "vllm" and (
             problems := self._use_local_release(arms)
         ):
-            return self.failed("InvalidSpec", "; ".join(problems))
+            raise lifecycle.Failure("InvalidSpec", "; ".join(problems))
         elif kind == "simulator" or engines.gpu_count() >= 2 * self._gpus_per_arm():
             gpus = self._gpu_split()
             for arm in spec.Arm:
@@ -242,10 +308,20 @@ class _Run:
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
             self.gpus = dict(gpus)
-            self._load_together(arms, gpus)
         else:
+            self._check_gpus_for_one_arm()
+            self.in_turn = True
+            return
+        self._record_hosts(arms, self.gpus)
+
+    def _run_load(self, arms: engines.Engines) -> None:
+        """The stages' load, then the search's probes (side by side); one GPU: each arm in its turn."""
+        if self.in_turn:
             self._load_one_after_the_other(arms)
-        return self._judge(arms)
+            return
+        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        self._load(arms, endpoints)
+        self._search(arms, endpoints)
 
     def _gpus_per_arm(self) -> int:
         """GPUs one vLLM arm uses: its tensor-parallel size."""
@@ -272,13 +348,6 @@ class _Run:
             return {}
         per_arm = self._gpus_per_arm()
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
-
-    def _load_together(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
-        self._record_hosts(arms, gpus)
-        self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
-        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
-        self._load(arms, endpoints)
-        self._search(arms, endpoints)
 
     def _search(self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint]) -> None:
         """`workload.search`: probes, one paired stage after another, until `search.step` stops (issue 17)."""
@@ -311,25 +380,27 @@ class _Run:
         finally:
             self.spec, self.validity = main_spec, main_validity
 
-    def _load_one_after_the_other(self, arms: engines.Engines) -> None:
-        """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
+    def _check_gpus_for_one_arm(self) -> None:
+        """One GPU (or GPUs for one arm only): enough for one arm at least (EngineError otherwise)."""
         per_arm, count = self._gpus_per_arm(), engines.gpu_count()
         if count < per_arm:
             raise engines.EngineError(
                 f"each arm needs {per_arm} GPUs (--tensor-parallel-size {per_arm} in spec.engine.args) "
                 f"but nvidia-smi lists {count}; lower the tensor-parallel size or run where {per_arm} GPUs are"
             )
-        gpus = ",".join(str(i) for i in range(per_arm))
         self.view.message(
             f"{count} GPU(s) for arms of {per_arm}: the arms run one after the other on the same prompts and schedule"
         )
+
+    def _load_one_after_the_other(self, arms: engines.Engines) -> None:
+        """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
+        gpus = ",".join(str(i) for i in range(self._gpus_per_arm()))
         (self.out / "requests.jsonl").unlink(missing_ok=True)
         for arm in spec.Arm:
             started = arms.start(arm, gpus=gpus)
             self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
             self._record_hosts(arms, {arm: gpus})
-            self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
             self.loads[arm] = self._load(
                 arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
             )
@@ -466,54 +537,68 @@ class _Run:
                     f"the {arm} arm answered every request with an error ({', '.join(classes)}): {example}",
                 )
 
-    def _judge(self, arms: engines.Engines) -> ExperimentStatus:
+    def _judgement(self, arms: engines.Engines) -> reconcile.Judgement | reconcile.CollectFailure:
+        """The run judged, as the core's Analyzing takes it: the stages (with the crossover's swapped
+        round, run here, folded in) and the search's probes; or why no verdict (Failed)."""
         windows = self.windows
         if self.spec.prometheus is not None:
             windows = self._prometheus_windows()
         analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
         analysis, checked = self._crossover(arms, analysis)
-        judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
-        judged = judged.model_copy(
-            update={
-                "completed_at": _now(),
-                "validity": self.validity,
-                "message": placement.qualify(judged.message or "", judged.environment),
-                "crossover": checked,
-                "degradations": _degradations(arms),
-            }
-        )
-        if self.spec.workload.search is not None:
-            judged = self._with_search(judged)
-        if self.loads:
-            judged = self._one_after_the_other(judged)
         self.windows = windows
-        judged = self._write(judged)
-        if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
-            self.judged = judged
-            update: dict[str, Any] = {}
-            try:
-                update["recommendation"] = self._confirmation(arms, judged)
-            except (engines.EngineError, ArmFailure) as exc:  # the first round's verdict stands
-                update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
-                update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
-            judged = self._write(judged.model_copy(update=update))
-        return judged
-
-    def _with_search(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """The search's result in status; the recommendation rests on the probes as well as the stages."""
-        wanted = self.spec.workload.search
-        assert wanted is not None
-        found = self.search
-        if found is None:  # one after the other: both arms are never up together to probe
-            found = status.SearchResult(
-                axis=wanted.axis,
-                reason="OneAfterTheOther",
-                message="the arms ran one after the other (GPUs for one arm only): no paired probe can be run",
+        message = analysis.message
+        if self.loads:
+            message = f"{message}; {ONE_AFTER_THE_OTHER}"
+        if analysis.verdict is None:
+            return reconcile.CollectFailure(
+                str(analysis.reason),
+                message,
+                stages=analysis.stages,
+                speedup_summary=analysis.speedup_summary,
+                validity=self.validity,
             )
-        update: dict[str, Any] = {"search": found}
-        if found.probes and judged.verdict is not None:
-            update["recommendation"] = recommendation.recommend(self.spec, [*judged.stages, *found.probes])
-        return judged.model_copy(update=update)
+        found, advised = self._search_result(), analysis.recommendation
+        if found is not None and found.probes:  # the recommendation rests on the probes as well
+            advised = recommendation.recommend(self.spec, [*analysis.stages, *found.probes])
+        return reconcile.Judgement(
+            verdict=analysis.verdict,
+            reason=str(analysis.reason),
+            message=message,
+            stages=analysis.stages,
+            recommendation=advised,
+            noise_floor=analysis.noise_floor,
+            crossover=checked,
+            search=found,
+            speedup_summary=analysis.speedup_summary,
+            validity=self.validity,
+            environment=self.environment,
+            results_ref=self._results_ref(),
+            degradations=_degradations(arms),
+        )
+
+    def _confirmed(self, arms: engines.Engines, judged: ExperimentStatus) -> ExperimentStatus:
+        """`analysis.confirm`: the verdict reached, with the confirmation round's outcome in its
+        recommendation (the verdict stands whatever the round does)."""
+        self.judged = judged
+        update: dict[str, Any] = {}
+        try:
+            with _engine_failures():
+                update["recommendation"] = self._confirmation(arms, judged)
+        except lifecycle.Failure as exc:
+            update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
+            update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
+        return self._write(judged.model_copy(update=update))
+
+    def _search_result(self) -> status.SearchResult | None:
+        """`workload.search`: the probes' result (one after the other: why none could be run)."""
+        wanted = self.spec.workload.search
+        if wanted is None or self.search is not None:
+            return self.search
+        return status.SearchResult(
+            axis=wanted.axis,
+            reason="OneAfterTheOther",
+            message="the arms ran one after the other (GPUs for one arm only): no paired probe can be run",
+        )
 
     def _crossover(
         self, arms: engines.Engines, analysis: verdict.Analysis
@@ -524,7 +609,7 @@ class _Run:
             return analysis, None
         if not analysis.measured:
             return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check")
-        if not crossover.wanted(a, self.status.environment):
+        if not crossover.wanted(a, self.environment):
             return analysis, crossover.not_apart(a)
         if self.options.control_url is not None:
             return analysis, crossover.skipped(
@@ -671,12 +756,6 @@ class _Run:
 
         return self._run_round(second, endpoints, out, arms, decided)
 
-    def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """Arms one after the other: the message says that pairs were not simultaneous."""
-        note = "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, so pairs were not simultaneous"
-        message = f"{judged.message}; {note}" if judged.message else note
-        return judged.model_copy(update={"message": message})
-
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
         names = prometheus.LabelNames.from_env()
@@ -722,19 +801,16 @@ class _Run:
         return self._write(final)
 
     def failed(self, reason: str, message: str) -> ExperimentStatus:
-        """Failed (could not measure), with what was measured kept in DIR."""
+        """Failed (could not measure) as the core ends a run on a fault it cannot retry, from the
+        phase the run was in; what was measured is kept in DIR."""
         if not self.records:
             self.records = _read_records(self.out)
-        final = self.status.model_copy(
-            update={
-                "phase": Phase.FAILED,
-                "verdict": None,
-                "reason": reason,
-                "message": message,
-                "completed_at": _now(),
-            }
-        )
-        return self._write(final)
+        now = datetime.now(UTC)
+        current = self.current
+        if current.observed_generation != GENERATION:  # before the first tick: as the core starts it
+            current = reconcile.decide(self.subject, current, reconcile.Observed(), now).status
+        fault = reconcile.Fault(reason, message, permanent=True)
+        return self._write(reconcile.decide_after_fault(self.subject, current, fault, now).status)
 
     def _interrupted_in_stages(self, how: str) -> ExperimentStatus:
         """Interrupted before a verdict: Failed, keeping the stages both arms finished before it (their
@@ -753,7 +829,7 @@ class _Run:
         analysis = verdict.analyse(self.spec, self.records, windows, validity=validity)
         kept = [s for s in analysis.stages if s.name in done]
         self.windows = [w for w in windows if w.stage in done]
-        self.status = self.status.model_copy(update={"stages": kept})
+        self.current = self.current.model_copy(update={"stages": kept})
         return self.failed(
             "Interrupted",
             f"{how}; the {len(kept)} of {len(names)} stage(s) finished before that "
@@ -787,8 +863,13 @@ class _Run:
         return _merged_windows(control, treatment), _merged_validity(control_validity, treatment_validity)
 
     def _write(self, final: ExperimentStatus) -> ExperimentStatus:
-        """result.json and the report of `final`, with the conditions the resource would carry."""
-        final = reconcile.with_conditions(final, 1, datetime.now(UTC), previous=self.written)
+        """result.json and the report of `final`, the status the core decided (or one changed after
+        it: the confirmation round's outcome, an interruption), its conditions brought up to date."""
+        if final.results_ref is None:
+            final = final.model_copy(update={"results_ref": self._results_ref()})
+        final = reconcile.with_conditions(
+            final, GENERATION, datetime.now(UTC), previous=self.written or final
+        )
         self.written = final
         with exit_status.writing_results(self.out):
             results.write_results(
@@ -801,6 +882,9 @@ class _Run:
                 write_inputs=False,
             )
         return final
+
+    def _results_ref(self) -> status.ResultsRef:
+        return status.ResultsRef(directory=str(self.out))
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -824,10 +908,9 @@ class _Run:
         hosts = status.ArmHosts(
             control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
         )
-        environment = placement.with_hosts(environment, hosts)
-        self.status = self.status.model_copy(update={"environment": environment})
-        warning = placement.warning(environment)
-        if warning is not None:
+        self.environment = placement.with_hosts(environment, hosts)
+        warning = placement.warning(self.environment)
+        if warning is not None and self.in_turn:  # side by side, the core warns as the load starts
             self.view.message(f"warning: {warning}")
 
 
@@ -971,5 +1054,10 @@ def _degradations(arms: engines.Engines) -> list[status.Degradation]:
         return degradations.scan(lines)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+@contextlib.contextmanager
+def _engine_failures() -> Iterator[None]:
+    """An arm that could not start or be stopped (`engines.EngineError`): the run's EngineUnavailable."""
+    try:
+        yield
+    except engines.EngineError as exc:
+        raise lifecycle.Failure("EngineUnavailable", str(exc)) from None
