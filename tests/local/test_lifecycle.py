@@ -4,12 +4,12 @@ the phases, failure reasons and conditions of result.json are the core's, withou
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specdecode.experiment import reconcile, spec, status, validation
+from specdecode.experiment import reconcile, rounds, spec, status, validation
 from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
 from specdecode.local import lifecycle
@@ -46,6 +46,8 @@ class FakeWorld:
     )
     created: bool = False
     loaded: bool = False
+    started_for: str | None = None
+    """The round the arms were last started for."""
     done: list[Action] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)
     events: list[reconcile.Event] = field(default_factory=list)
@@ -53,7 +55,7 @@ class FakeWorld:
     def observe(self, current: ExperimentStatus) -> Observed:
         if current.phase is Phase.ANALYZING and self.fail_on is Phase.ANALYZING:
             raise self.failure
-        pod = (PodState("pid-1", "Running", ready=True),)
+        pod = (PodState("pid-1", "Running", ready=True, round=self.started_for),)
         arms = {arm: ArmState(exists=True, ready_replicas=1, pods=pod) for arm in spec.Arm}
         return Observed(
             arms=arms if self.created else {},
@@ -153,3 +155,44 @@ def test_an_invalid_spec_fails_before_any_arm_is_created() -> None:
     invalid = reconcile.Subject("exp", 1, None, ["spec.speculative.model: is required"])
     final = lifecycle.drive(invalid, world, clock=lambda: T0)
     assert (final.phase, final.reason) == (Phase.FAILED, "InvalidSpec") and world.done == []
+
+
+@dataclass
+class RoundWorld(FakeWorld):
+    """A confirmation round owed after the stages; its load fails when `round_fails`."""
+
+    round_fails: bool = False
+    rounds_seen: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def observe(self, current: ExperimentStatus) -> Observed:
+        observed = super().observe(current)
+        if current.phase is not Phase.ANALYZING:
+            return observed
+        ended = current.rounds[-1] if current.rounds else None
+        if ended is None:
+            owed = status.Round(name=rounds.CONFIRMATION, schedule=[[1, 1, 4]])
+            return replace(observed, analysis=replace(promote(), next_round=owed))
+        self.rounds_seen.append((ended.name, ended.outcome))
+        return observed
+
+    def carry_out(self, action: Action, decided: ExperimentStatus) -> None:
+        if self.round_fails and action is Action.CREATE_LOAD and decided.rounds:
+            raise lifecycle.Failure("EngineCrashed", "the treatment arm exited with status 1")
+        if action is Action.CREATE_ARMS and decided.rounds:  # the round's arms, then its own load
+            self.started_for, self.loaded = decided.rounds[-1].name, False
+        super().carry_out(action, decided)
+
+
+@pytest.mark.parametrize("round_fails", [False, True])
+def test_a_round_goes_through_the_phases_again_and_a_failed_one_leaves_the_verdict(round_fails: bool) -> None:
+    world = RoundWorld(round_fails=round_fails)
+    final = drive(world)
+    twice = [Phase.DEPLOYING, Phase.RUNNING, Phase.ANALYZING] * 2
+    assert world.phases == [Phase.PENDING, *twice, Phase.COMPLETED]
+    assert (final.phase, final.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
+    outcome = rounds.FAILED if round_fails else rounds.MEASURED
+    assert world.rounds_seen == [(rounds.CONFIRMATION, outcome)]
+    assert [(r.name, r.outcome) for r in final.rounds] == [(rounds.CONFIRMATION, outcome)]
+    if round_fails:
+        assert final.rounds[0].message == "EngineCrashed: the treatment arm exited with status 1"
+        assert any(e.reason == "RoundFailed" and e.type == "Warning" for e in world.events)
