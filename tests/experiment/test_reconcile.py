@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -683,3 +684,40 @@ def test_an_abort_for_an_older_generation_does_not_stop_the_new_one() -> None:
     decision = reconcile.decide(subject(generation=2), failed, Observed(), T0)
     assert decision.status.phase is Phase.PENDING
     assert decision.status.observed_generation == 2
+
+
+def test_an_environment_the_shell_knows_whole_is_taken_as_it_is() -> None:
+    """`run --local`: the command that started the arms, its own hosts, no image; not rebuilt from pods."""
+    known = status.Environment(engine_command="vllm serve m", image=None, host_differences=["gpuProduct"])
+    observed = Observed(arms=ready_arms(), environment=known)
+    decision = reconcile.decide(subject(), at(Phase.DEPLOYING), observed, T0 + timedelta(seconds=5))
+    assert decision.status.phase is Phase.RUNNING and decision.status.environment == known
+    assert "hosts differ in gpuProduct" in (decision.status.message or "")
+
+
+def test_degradations_read_at_the_end_replace_those_read_as_the_load_started() -> None:
+    read = [status.Degradation(kind="AsyncSchedulingDisabled", message="disabled")]
+    started = at(Phase.ANALYZING).model_copy(update={"degradations": []})
+    late = replace(judgement(Verdict.PROMOTE), degradations=read)
+    assert reconcile.decide(subject(), started, Observed(analysis=late), T0).status.degradations == read
+    kept = at(Phase.ANALYZING).model_copy(update={"degradations": read})
+    assert (
+        reconcile.decide(
+            subject(), kept, Observed(analysis=judgement(Verdict.PROMOTE)), T0
+        ).status.degradations
+        == read
+    )
+
+
+def test_a_run_measured_but_not_judgeable_fails_keeping_the_stages_it_measured() -> None:
+    failure = reconcile.CollectFailure(
+        "InvalidMeasurement",
+        "invalid measurement: clock skew",
+        stages=[status.StageResult(name="low")],
+        speedup_summary="low -",
+        validity={"valid": False, "reasons": ["clock skew"]},
+    )
+    st = reconcile.decide(subject(), at(Phase.ANALYZING), Observed(analysis=failure), T0).status
+    assert (st.phase, st.reason, st.verdict) == (Phase.FAILED, "InvalidMeasurement", None)
+    assert [s.name for s in st.stages] == ["low"] and st.speedup_summary == "low -"
+    assert st.validity == {"valid": False, "reasons": ["clock skew"]}

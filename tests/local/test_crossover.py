@@ -134,7 +134,7 @@ def test_a_swapped_round_that_cannot_start_withholds_the_pass_and_keeps_round_on
     block = status["crossover"]
     assert (block["ran"], block["reason"], block["demoted"]) == (False, "SwappedRoundFailed", ["c4"])
     assert block["message"].startswith(
-        "crossover: the swapped round could not be measured (control arm exited"
+        "crossover: the swapped round could not be measured (EngineUnavailable: control arm exited"
     )
     assert len(block["rounds"]) == 1
     stage = status["stages"][0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from specdecode.experiment import documents, status
+from specdecode.experiment import documents
 from specdecode.local import runner as local_runner
 from specdecode.local import view
 from tests.factories import experiment_document
@@ -113,7 +113,7 @@ def test_arms_run_one_after_the_other_say_the_search_did_not_run(tmp_path: Path)
     path.write_text(yaml.safe_dump(document))
     experiment = documents.load_experiment(path)
     run_ = local_runner._Run(experiment, local_runner.Options(out=tmp_path / "out"), view.make_view("quiet"))
-    judged = run_._with_search(status.ExperimentStatus(phase=status.Phase.COMPLETED))
-    assert judged.search is not None
-    assert (judged.search.ran, judged.search.reason, judged.search.probes) == (False, "OneAfterTheOther", [])
-    assert judged.recommendation is None  # nothing measured by the search to rest on
+    found = run_._search_result()
+    assert found is not None
+    # No probe measured: the recommendation rests on the stages alone (`_judgement` adds probes only).
+    assert (found.ran, found.reason, found.probes) == (False, "OneAfterTheOther", [])

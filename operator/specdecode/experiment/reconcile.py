@@ -32,14 +32,12 @@ fail the experiment: it ends with the stages' verdict, the round's check marked 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from specdecode.experiment import (
     advice,
     degradations,
+    failures,
     fairness,
     keys,
     placement,
@@ -48,199 +46,26 @@ from specdecode.experiment import (
     spec,
     status,
 )
-from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Round, Verdict
+from specdecode.experiment.conditions import conditions_for as conditions_for
+from specdecode.experiment.conditions import ts, with_conditions
+from specdecode.experiment.status import ExperimentStatus, Phase, Round, Verdict
+
+# The tick's vocabulary, for the shells that spell it `reconcile.X`.
+from specdecode.experiment.world import Action as Action
+from specdecode.experiment.world import ArmState as ArmState
+from specdecode.experiment.world import CollectFailure as CollectFailure
+from specdecode.experiment.world import Decision as Decision
+from specdecode.experiment.world import Event as Event
+from specdecode.experiment.world import Fault as Fault
+from specdecode.experiment.world import JobState as JobState
+from specdecode.experiment.world import Judgement as Judgement
+from specdecode.experiment.world import Observed as Observed
+from specdecode.experiment.world import PodState as PodState
+from specdecode.experiment.world import Subject as Subject
+from specdecode.experiment.world import Timing as Timing
 
 RETRYING = "retrying: "
 """How status.message starts while a fault (or a transient collection failure) is retried."""
-
-# Container waiting reasons that will not fix themselves; the experiment fails at once.
-FATAL_WAITING = {
-    "ImagePullBackOff": "the image cannot be pulled; check spec.engine.image and the pull secret",
-    "ErrImageNeverPull": "the image is not on the node and imagePullPolicy is Never",
-    "InvalidImageName": "spec.engine.image is not a valid image reference",
-    "CreateContainerConfigError": "the container's configuration is broken (a missing Secret or ConfigMap?)",
-    "CreateContainerError": "the container could not be created",
-    "CrashLoopBackOff": "the engine keeps crashing; read its log",
-}
-
-
-class Action(StrEnum):
-    """What the shell must do this tick, in order, before persisting the status."""
-
-    DELETE_STALE = "DeleteStale"
-    """Delete children built for another generation (a spec change restarts the experiment)."""
-    CREATE_ARMS = "CreateArms"
-    """Create-if-absent both arms and their Services, NetworkPolicy and the load Job's RBAC."""
-    CREATE_LOAD = "CreateLoad"
-    """Create-if-absent the load Job."""
-    RELEASE_ARMS = "ReleaseArms"
-    """Delete the arms' PodDisruptionBudget: the experiment has ended, drains may evict them again."""
-    CLEANUP_ARMS = "CleanupArms"
-    """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
-    DELETE_LOAD = "DeleteLoad"
-    """Delete the load Job of the last round (the stages' Job when no round was started) and its
-    pod: an abort, or a round that failed (the load stops now)."""
-
-
-@dataclass(frozen=True)
-class PodState:
-    """What matters about one pod for failure detection."""
-
-    name: str
-    phase: str = "Pending"
-    node: str | None = None
-    ready: bool = False
-    unschedulable: str | None = None
-    """The scheduler's message while PodScheduled is False with reason Unschedulable."""
-    unschedulable_since: datetime | None = None
-    waiting_reason: str | None = None
-    waiting_message: str | None = None
-    last_terminated_reason: str | None = None
-    last_exit_code: int | None = None
-    restarts: int = 0
-    image_id: str | None = None
-    round: str | None = None
-    """The round the pod was rendered for (`keys.ROUND_ANNOTATION`; None: the stages)."""
-
-
-@dataclass(frozen=True)
-class ArmState:
-    """One arm's Deployment and pods."""
-
-    exists: bool = False
-    ready_replicas: int = 0
-    pods: tuple[PodState, ...] = ()
-    """The arm's live pods (built for this generation, not being deleted)."""
-    leaving: tuple[str, ...] = ()
-    """Names of the arm's pods being deleted: evicted, preempted, drained or deleted by someone."""
-    refused: str | None = None
-    """The controller's message while the API server refuses to create the arm's pod (Pod Security
-    admission, a ResourceQuota, a LimitRange): the Deployment's ReplicaFailure condition."""
-    refused_since: datetime | None = None
-
-    @property
-    def ready(self) -> bool:
-        """At least one replica passes its readiness probe."""
-        return self.exists and self.ready_replicas >= 1
-
-
-@dataclass(frozen=True)
-class JobState:
-    """The load Job."""
-
-    exists: bool = False
-    uid: str | None = None
-    """The Job's uid: the results it wrote are owned by it."""
-    succeeded: bool = False
-    failed: bool = False
-    reason: str | None = None
-    message: str | None = None
-    pod: PodState | None = None
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The verdict module's answer, ready to merge into status."""
-
-    verdict: Verdict
-    reason: str
-    message: str
-    stages: list[status.StageResult] = field(default_factory=list)
-    recommendation: status.Recommendation | None = None
-    noise_floor: status.NoiseFloor | None = None
-    crossover: status.CrossoverResult | None = None
-    search: status.SearchResult | None = None
-    speedup_summary: str | None = None
-    validity: dict[str, object] | None = None
-    environment: status.Environment | None = None
-    results_ref: status.ResultsRef | None = None
-    next_round: Round | None = None
-    """A round is owed before the verdict (`rounds.py`): the other fields are the judgement so far,
-    kept in status while the round runs (without a verdict)."""
-
-
-@dataclass(frozen=True)
-class CollectFailure:
-    """Results could not be collected or judged."""
-
-    reason: str
-    message: str
-    transient: bool = False
-    """Worth retrying until the analysis grace period is over (e.g. Prometheus unreachable)."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A tick that raised before its decision was carried out: an API call refused, an answer of
-    an unexpected shape. It is retried every tick, but never past the phase's deadline."""
-
-    reason: str
-    """The status reason should it end the experiment (`ChildRejected`, `ReconcileError`, ...)."""
-    message: str
-    permanent: bool = False
-    """Retrying cannot help (the API server refused an object as invalid): fail at once."""
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Everything the shell saw this tick."""
-
-    arms: dict[spec.Arm, ArmState] = field(default_factory=dict)
-    job: JobState = field(default_factory=JobState)
-    """The load Job of the round in progress (the stages' Job outside of a round)."""
-    stale_children: tuple[str, ...] = ()
-    """Children labelled with another generation than the current one."""
-    analysis: Judgement | CollectFailure | None = None
-    """Only in Analyzing: the collected and judged results."""
-    scraped: bool | None = None
-    """Once both arms are Ready: whether Prometheus scrapes both (None: not checked)."""
-    hosts: dict[spec.Arm, status.Host] = field(default_factory=dict)
-    """Once both arms are Ready: where each arm's pod runs (empty: not read)."""
-    degradations: list[status.Degradation] | None = None
-    """Once both arms are Ready: what the treatment's log says vLLM weakened (None: not read)."""
-    arm_pods: dict[spec.Arm, fairness.ArmPod] = field(default_factory=dict)
-    """Once both arms are Ready: each arm's live pod as `fairness` compares them (empty: not read)."""
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Operator settings that shape decisions."""
-
-    unschedulable_grace: timedelta = timedelta(seconds=60)
-    """How long a pod may stay Unschedulable (a cluster autoscaler may add a GPU node)."""
-    analysis_grace: timedelta = timedelta(minutes=5)
-    """How long transient collection failures (Prometheus down) are retried before Failed."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post (phase transitions and the verdict only)."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The new status, and what to do before persisting it."""
-
-    status: ExperimentStatus
-    actions: list[Action] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Subject:
-    """The experiment being reconciled."""
-
-    name: str
-    generation: int
-    spec: spec.ExperimentSpec | None
-    """None when the spec is invalid (then `problems` says why)."""
-    problems: Sequence[str] = ()
-    aborted: bool = False
-    """`keys.ABORT_ANNOTATION` names this generation: end it now (Failed, reason Aborted)."""
 
 
 def needs_reconcile(current: ExperimentStatus, generation: int) -> bool:
@@ -349,7 +174,7 @@ def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tup
 
 def _restart(subject: Subject, observed: Observed, now: datetime) -> Decision:
     fresh = ExperimentStatus(
-        observed_generation=subject.generation, phase=Phase.PENDING, phase_started_at=_ts(now)
+        observed_generation=subject.generation, phase=Phase.PENDING, phase_started_at=ts(now)
     )
     if subject.spec is None:
         return _fail(fresh, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid")
@@ -372,13 +197,13 @@ def _deploying(
 ) -> Decision:
     current = _with_arm_refs(subject, current, observed)
     colocated = s.placement.colocate is spec.Colocate.REQUIRED
-    failure = _pod_failure(observed, now, timing, colocated=colocated) or _creation_refused(
+    failure = failures.pod_failure(observed, now, timing, colocated=colocated) or failures.creation_refused(
         observed, now, timing
     )
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
-    if ready and observed.hosts:
+    if ready and (observed.hosts or observed.environment is not None):
         # Where the arms run is known from here on, whatever happens next (it may explain a failure).
         current = current.model_copy(update={"environment": _environment(s, observed)})
     differ_pods = _arm_differences(observed) if ready else []
@@ -409,7 +234,7 @@ def _deploying(
             current.model_copy(
                 update={
                     "environment": environment,
-                    "started_at": _ts(now),
+                    "started_at": ts(now),
                     "degradations": found,
                     "arm_differences": differ_pods,
                 }
@@ -452,10 +277,10 @@ def _running(
     now: datetime,
     timing: Timing,
 ) -> Decision:
-    failure = _pod_failure(observed, now, timing, restarts_fail=True)
+    failure = failures.pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
         return _fail(current, subject, now, *failure, observed)
-    disrupted = _arm_disruption(observed, current)
+    disrupted = failures.arm_disruption(observed, current)
     if disrupted is not None:
         return _fail(current, subject, now, "ArmDisrupted", disrupted, observed)
     job = observed.job
@@ -494,6 +319,9 @@ def _analyzing(
                 update={"reason": outcome.reason, "message": f"{RETRYING}{outcome.message}"}
             )
             return Decision(waiting)
+        if outcome.stages:
+            kept = {"stages": outcome.stages, "speedup_summary": outcome.speedup_summary}
+            current = current.model_copy(update={**kept, "validity": outcome.validity})
         return _fail(current, subject, now, outcome.reason, outcome.message, observed)
     environment = outcome.environment or current.environment
     if outcome.next_round is not None:
@@ -515,8 +343,9 @@ def _analyzing(
             "results_ref": outcome.results_ref,
             "crossover": outcome.crossover,
             "search": outcome.search,
-            "completed_at": _ts(now),
-            "phase_started_at": _ts(now),
+            "degradations": current.degradations if outcome.degradations is None else outcome.degradations,
+            "completed_at": ts(now),
+            "phase_started_at": ts(now),
         }
     )
     done = with_conditions(done, subject.generation, now, previous=current)
@@ -542,7 +371,7 @@ def _start_round(
             "search": judged.search,
             "speedup_summary": judged.speedup_summary,
             "validity": judged.validity,
-            "rounds": [*current.rounds, round_.model_copy(update={"started_at": _ts(now)})],
+            "rounds": [*current.rounds, round_.model_copy(update={"started_at": ts(now)})],
         }
     )
     message = rounds.describe(subject.spec, round_)
@@ -576,7 +405,7 @@ def _round_deploying(
     timing: Timing,
 ) -> Decision:
     current = _with_arm_refs(subject, current, observed)
-    failure = _pod_failure(observed, now, timing) or _creation_refused(observed, now, timing)
+    failure = failures.pod_failure(observed, now, timing) or failures.creation_refused(observed, now, timing)
     if failure is not None:
         return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
     ready = _round_ready(observed, round_)
@@ -612,10 +441,10 @@ def _round_running(
     now: datetime,
     timing: Timing,
 ) -> Decision:
-    failure = _pod_failure(observed, now, timing, restarts_fail=True)
+    failure = failures.pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
         return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
-    disrupted = _arm_disruption(observed, current)
+    disrupted = failures.arm_disruption(observed, current)
     if disrupted is not None:
         return _round_failed(subject, current, round_, f"ArmDisrupted: {disrupted}", observed, now)
     job = observed.job
@@ -704,110 +533,6 @@ def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Obse
     return [Action.RELEASE_ARMS]  # arms kept on purpose need no protection from drains
 
 
-# ----------------------------------------------------------------------------------- failures
-
-
-def _pod_failure(
-    observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False, colocated: bool = False
-) -> tuple[str, str] | None:
-    """(reason, message) of the first arm pod that cannot or did not run, or None."""
-    for arm in spec.Arm:
-        for pod in observed.arms.get(arm, ArmState()).pods:
-            where = f"{arm.value} arm (pod {pod.name})"
-            if pod.last_terminated_reason == "OOMKilled":
-                return (
-                    "OOMKilled",
-                    f"{where} ran out of memory; raise spec.engine.resources or lower --max-model-len",
-                )
-            if pod.waiting_reason in FATAL_WAITING:
-                detail = f": {pod.waiting_message}" if pod.waiting_message else ""
-                exit_info = (
-                    f" (last exit {pod.last_exit_code}, {pod.last_terminated_reason})"
-                    if pod.last_exit_code is not None
-                    else ""
-                )
-                message = f"{where}: {FATAL_WAITING[pod.waiting_reason]}{exit_info}{detail}"
-                return pod.waiting_reason, message
-            stuck = (
-                pod.unschedulable_since is not None
-                and now - pod.unschedulable_since >= timing.unschedulable_grace
-            )
-            if pod.unschedulable and stuck:
-                return (
-                    "Unschedulable",
-                    f"{where} cannot be scheduled: {pod.unschedulable}; check spec.engine.resources, "
-                    "nodeSelector and tolerations against your GPU nodes"
-                    + (
-                        " (spec.placement.colocate is Required: one node must have GPUs for both arms; "
-                        "Preferred lets them land apart)"
-                        if colocated
-                        else ""
-                    ),
-                )
-            if restarts_fail and pod.restarts > 0 and pod.last_terminated_reason:
-                return (
-                    "EngineRestarted",
-                    f"{where} restarted during the load ({pod.last_terminated_reason}, exit {pod.last_exit_code}); "
-                    "the measurement is void",
-                )
-            if pod.phase == "Failed":
-                return "PodFailed", f"{where} failed ({pod.last_terminated_reason or 'unknown reason'})"
-    return None
-
-
-def _creation_refused(observed: Observed, now: datetime, timing: Timing) -> tuple[str, str] | None:
-    """(reason, message) when the API server refuses an arm's pod: at once for Pod Security (the
-    namespace's policy will not change by itself), after the unschedulable grace for the rest (a
-    ResourceQuota may free up when another experiment ends). Without it, the arms would wait the
-    whole deploy deadline and fail with a hint about pods that do not exist."""
-    for arm in spec.Arm:
-        state = observed.arms.get(arm, ArmState())
-        if state.refused is None or state.pods:
-            continue
-        if "PodSecurity" in state.refused:
-            return (
-                "PodCreationForbidden",
-                f"the namespace's Pod Security admission refuses the {arm.value} arm's pod: {state.refused}; "
-                "vLLM images run as root, which `restricted` forbids: run real engines in a namespace that "
-                "enforces `baseline` (simulator arms meet `restricted`)",
-            )
-        waited = state.refused_since is None or now - state.refused_since >= timing.unschedulable_grace
-        if waited:
-            return (
-                "PodCreationForbidden",
-                f"the API server refuses the {arm.value} arm's pod: {state.refused}; check the namespace's "
-                "ResourceQuota and LimitRange against spec.engine.resources",
-            )
-    return None
-
-
-def _arm_disruption(observed: Observed, current: ExperimentStatus) -> str | None:
-    """Why an arm is not the one the load started measuring (`status.arms.*.pod`), or None.
-
-    The load would go on against a missing or replacement arm: connection errors on one side, a
-    cold or relocated engine. That ends as a Reject or Inconclusive measured on a half-dead arm,
-    so it is a failure (infrastructure, never a verdict).
-    """
-    void = "; the measurement is void: run the experiment again (cordon or drain GPU nodes between runs)"
-    for arm in spec.Arm:
-        state = observed.arms.get(arm, ArmState())
-        measured = getattr(current.arms, arm.value).pod if current.arms is not None else None
-        live = [p.name for p in state.pods]
-        if not state.exists:
-            return f"the {arm.value} arm's Deployment was deleted during the load{void}"
-        if state.leaving:
-            return (
-                f"{arm.value} arm pod {state.leaving[0]} is being deleted during the load "
-                f"(evicted, preempted, drained or deleted){void}"
-            )
-        if measured is not None and measured not in live:
-            now = f"pod {live[0]} replaced it" if live else "no pod replaced it yet"
-            return f"{arm.value} arm pod {measured}, measured since the load began, is gone ({now}){void}"
-        if not live:
-            return f"the {arm.value} arm has no pod during the load{void}"
-    return None
-
-
 # -------------------------------------------------------------------------------------- helpers
 
 
@@ -821,7 +546,7 @@ def _enter(
     actions: list[Action],
 ) -> Decision:
     moved = current.model_copy(
-        update={"phase": phase, "reason": reason, "message": message, "phase_started_at": _ts(now)}
+        update={"phase": phase, "reason": reason, "message": message, "phase_started_at": ts(now)}
     )
     moved = with_conditions(moved, subject.generation, now, previous=current)
     return Decision(moved, actions, [Event("Normal", reason, f"{phase.value}: {message}")])
@@ -841,8 +566,8 @@ def _fail(
             "verdict": None,
             "reason": reason,
             "message": message,
-            "completed_at": _ts(now),
-            "phase_started_at": _ts(now),
+            "completed_at": ts(now),
+            "phase_started_at": ts(now),
         }
     )
     failed = with_conditions(failed, subject.generation, now, previous=current)
@@ -875,6 +600,8 @@ def _arm_differences(observed: Observed) -> list[status.ArmDifference]:
 
 
 def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environment:
+    if observed.environment is not None:
+        return observed.environment
     pods = [pod for arm in spec.Arm for pod in observed.arms.get(arm, ArmState()).pods]
     environment = placement.environment(
         s,
@@ -890,79 +617,7 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
     return placement.with_hosts(environment, hosts)
 
 
-def conditions_for(st: ExperimentStatus) -> dict[str, tuple[str, str, str]]:
-    """type -> (status, reason, message) of the kstatus conditions plus Completed and Promoted (and
-    SpeculationDegraded while the treatment logged a degradation, ArmsDiffer while the arms' pods
-    differed beyond speculation)."""
-    reason = st.reason or st.phase.value
-    message = st.message or ""
-    active = st.phase.is_active
-    failed = st.phase is Phase.FAILED
-    completed = st.phase is Phase.COMPLETED
-    promoted = completed and st.verdict is Verdict.PROMOTE
-    verdict_reason = st.verdict.value if st.verdict is not None else reason
-    # Only while vLLM said so (a warning, abnormal-true): absent, not False, on every other experiment.
-    degraded = (
-        {"SpeculationDegraded": ("True", st.degradations[0].kind, degradations.summary(st.degradations))}
-        if st.degradations
-        else {}
-    )
-    # Likewise only while the arms' pods differed beyond speculation (analysis.fairness).
-    differ = (
-        {"ArmsDiffer": ("True", "ArmsDiffer", fairness.summary(st.arm_differences))}
-        if st.arm_differences
-        else {}
-    )
-    return (
-        {
-            "Ready": ("True" if completed else "False", verdict_reason if completed else reason, message),
-            "Reconciling": (
-                "True" if active else "False",
-                reason if active else "Finished",
-                message if active else "",
-            ),
-            "Stalled": (
-                "True" if failed else "False",
-                reason if failed else "NotStalled",
-                message if failed else "",
-            ),
-            "Completed": ("True" if completed else "False", verdict_reason, message),
-            "Promoted": ("True" if promoted else "False", verdict_reason, message),
-        }
-        | degraded
-        | differ
-    )
-
-
-def with_conditions(
-    st: ExperimentStatus, generation: int, now: datetime, *, previous: ExperimentStatus | None = None
-) -> ExperimentStatus:
-    """The status with its conditions (`conditions_for`) as the resource carries them: a condition's
-    transition time moves only when its status changes from `previous`. Also writes `run --local`'s
-    result.json, so a pipeline gates on the same conditions locally."""
-    before = {c.type: c for c in (previous.conditions if previous else [])}
-    conditions = []
-    for kind, (value, reason, message) in conditions_for(st).items():
-        old = before.get(kind)
-        changed = old is None or old.status != value
-        conditions.append(
-            Condition(
-                type=kind,
-                status=value,
-                reason=reason,
-                message=message,
-                observed_generation=generation,
-                last_transition_time=_ts(now) if changed or old is None else old.last_transition_time,
-            )
-        )
-    return st.model_copy(update={"conditions": conditions, "observed_generation": generation})
-
-
 def _elapsed(current: ExperimentStatus, now: datetime) -> timedelta:
     if not current.phase_started_at:
         return timedelta(0)
     return now - datetime.fromisoformat(current.phase_started_at)
-
-
-def _ts(now: datetime) -> str:
-    return now.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -5,12 +5,17 @@ load generator, with sequential stopping) -> server-side metrics (each arm's /me
 boundaries, or Prometheus when `spec.prometheus.url` is set) -> verdict -> `DIR/result.json`,
 `DIR/requests.jsonl`, `DIR/report.html`.
 
-`analysis.confirm` (arms started here): after the verdict, the treatment is restarted with the
-recommended `num_speculative_tokens_per_batch_size` and the stages run against the control again
-(same plan and salt, so the same prompts and schedule; no early stop) into `DIR/confirmation/`; one
-GPU: the treatment alone, paired with the control's first-round requests; `confirm.py`
-judges that round into `status.recommendation` (`confirmed`, `confirmationReason`, `confirmation`).
-The first round's verdict and files are written before it and stand whatever the round does.
+The phases are the operator's: `local/lifecycle.py` drives `reconcile.decide` with this run as its
+world (`_Run`), so phases, deadlines, failure reasons, conditions and events are the resource's, and
+so are the rounds after the stages (`rounds.py`), each through Deploying, Running and Analyzing again
+and listed in `status.rounds`: the search's probes (`workload.search`, arms side by side), the
+crossover's swapped round (`analysis.crossover`: the arms' GPUs swapped, into `DIR/crossover/`) and
+the confirmation round (`analysis.confirm`, arms started here: the treatment restarted with the
+recommended `num_speculative_tokens_per_batch_size`, the stages again against the control, same plan
+and salt, so the same prompts and schedule, no early stop, into `DIR/confirmation/`; one GPU: the
+treatment alone, paired with the control's first-round requests; `confirm.py` judges it into
+`status.recommendation`). A round that fails, or a confirmation round interrupted, ends the round,
+not the run: the stages' verdict stands, the round's check marked as not done.
 
 Whatever happens, every process started here is stopped (`engines.py`), and what was measured
 stays in DIR: a crash, an arm that answers only errors, Ctrl-C, SIGTERM or SIGHUP writes `result.json` with
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import threading
@@ -45,7 +51,7 @@ from rich.console import Console
 
 from specdecode import exit_status
 from specdecode.experiment import (
-    advice,
+    conditions,
     confirm,
     crossover,
     degradations,
@@ -56,6 +62,7 @@ from specdecode.experiment import (
     reconcile,
     records,
     releases,
+    rounds,
     search,
     spec,
     speculative_rules,
@@ -66,7 +73,7 @@ from specdecode.experiment import (
 from specdecode.experiment.status import ExperimentStatus, Phase
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import runner, workload
-from specdecode.local import engines, hosts, view
+from specdecode.local import engines, hosts, lifecycle, view
 from specdecode.report import results, terminal
 from specdecode.sources import prometheus
 
@@ -76,6 +83,12 @@ CROSSOVER_DIR = "crossover"
 #: `analysis.confirm`: the confirmation round's load (requests.jsonl, windows.json) under DIR
 CONFIRMATION_DIR = "confirmation"
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+GENERATION = 1
+"""A local run measures one spec: its status is generation 1's, as a new resource's."""
+ONE_AFTER_THE_OTHER = (
+    "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, "
+    "so pairs were not simultaneous"
+)
 
 
 @dataclass(frozen=True)
@@ -98,12 +111,8 @@ class Terminated(KeyboardInterrupt):
         self.signal = signal.Signals(signum).name
 
 
-class ArmFailure(Exception):
+class ArmFailure(lifecycle.Failure):
     """An arm stopped serving during the run."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def run(path: Path, options: Options) -> int:
@@ -183,9 +192,19 @@ def _finish(
 
 
 class _Run:
+    """One local run: the world `lifecycle.drive` observes and acts on (`lifecycle.World`).
+
+    The phases are the core's (`reconcile.decide`): CreateArms starts both arms and waits for their
+    `/health` (given URLs: attaches to them; one GPU: nothing yet, the load starts each arm in its
+    turn; a round: the arms it starts again), CreateLoad runs the load (the stages', or the round's),
+    and the run is judged when the core is Analyzing. CleanupArms and ReleaseArms are carried out
+    when the run ends: `engines.Engines` stops every arm then.
+    """
+
     def __init__(self, experiment: documents.Experiment, options: Options, show: view.View) -> None:
         self.experiment = experiment
         self.spec = experiment.spec
+        self.subject = reconcile.Subject(name=experiment.name, generation=GENERATION, spec=experiment.spec)
         self.options = options
         self.view = show
         self.out = options.out
@@ -196,46 +215,126 @@ class _Run:
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
         self.hosts: dict[spec.Arm, status.Host] = {}
-        self.judged: ExperimentStatus | None = None
-        """The verdict, once reached (`analysis.confirm`: before the confirmation round)."""
+        self.environment: status.Environment | None = None
+        """What was measured and where (the arms' hosts), once the arms serve."""
         self.gpus: dict[spec.Arm, str] = {}
-        self.search: status.SearchResult | None = None
-        """`workload.search`: the break-even probes, run after the stages."""
+        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
         self.finished: dict[str, set[str]] = {}
         """Per arm: the stages its load finished (an interruption keeps those both arms finished)."""
-        """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
+        self.arms: engines.Engines | None = None
+        self.in_turn = False
+        """The arms run one after the other (GPUs for one arm only): the load starts each in its turn."""
+        self.created: set[str | None] = set()
+        """The stages (None) and rounds whose arms were started (once each: a failure is not retried)."""
+        self.loaded: set[str | None] = set()
+        """The stages (None) and rounds whose load ran to its end."""
+        self.round_of: dict[spec.Arm, str] = {}
+        """The round each arm's process was started again for (`rounds.started`)."""
+        self.measured: dict[str, tuple[list[records.RequestRecord], runner.RunResult]] = {}
+        """Each round's measured records and load result, by round name."""
+        self.swapped: status.CrossoverPlacement | None = None
+        """The crossover's swapped placement, as the arms reported it once started there."""
+        self.first: verdict.Analysis | None = None
+        """The stages judged (once: the rounds after them fold into it)."""
+        self.shown: set[str] = set()
+        """The probes whose verdict the view was told."""
+        self.search_told = False
+        """The view was told where the search ended."""
+        self.interruption: str | None = None
+        """How the run was interrupted during the confirmation round (the round is then not run)."""
+        self.analysis: reconcile.Judgement | reconcile.CollectFailure | None = None
+        self.judged_for: tuple[tuple[str, str | None], ...] | None = None
+        """The rounds (name, outcome) `analysis` was judged with: a round ended since is judged again."""
+        self.current = ExperimentStatus()
+        """The status the core decided last (an interruption ends the run from it)."""
         self.written: ExperimentStatus | None = None
         """The status last written to result.json (its conditions' transition times carry over)."""
-        self.status = ExperimentStatus(
-            observed_generation=1,
-            phase=Phase.DEPLOYING,
-            started_at=_now(),
-            results_ref=status.ResultsRef(directory=str(options.out)),
-        )
 
     # ------------------------------------------------------------------------------------- phases
 
     def execute(self) -> ExperimentStatus:
-        for weak in advice.advice(self.spec):
-            self.view.message(f"warning: {weak}")
         with engines.Engines(self.spec, self.out / "logs") as arms:
-            try:
-                return self._execute(arms)
-            except engines.EngineError as exc:
-                return self.failed("EngineUnavailable", str(exc))
-            except ArmFailure as exc:
-                return self.failed(exc.reason, str(exc))
+            self.arms = arms
+            return self._write(lifecycle.drive(self.subject, self))
 
-    def _execute(self, arms: engines.Engines) -> ExperimentStatus:
+    # --------------------------------------------------------------------- lifecycle.World
+
+    def observe(self, current: ExperimentStatus) -> reconcile.Observed:
+        """The arms' processes (or given servers), the load, and in Analyzing the judged results."""
+        judged = tuple((r.name, r.outcome) for r in current.rounds)
+        if current.phase is Phase.ANALYZING and self.judged_for != judged and self.arms is not None:
+            with _engine_failures():
+                self.analysis = self._judgement(self.arms, current)
+            self.judged_for = judged
+        round_ = rounds.current(current)
+        loaded = (round_.name if round_ is not None else None) in self.loaded
+        return reconcile.Observed(
+            arms={arm: self._arm_state(arm) for arm in spec.Arm},
+            job=reconcile.JobState(exists=loaded, succeeded=loaded),
+            analysis=self.analysis if current.phase is Phase.ANALYZING else None,
+            environment=self.environment,
+        )
+
+    def carry_out(self, action: reconcile.Action, decided: ExperimentStatus) -> None:
+        """CreateArms and CreateLoad once each for the stages and for each round (they block until
+        done); DeleteLoad is done (a load has ended before the next tick); the rest at the run's end."""
+        arms = self.arms
+        round_ = rounds.current(decided)
+        name = round_.name if round_ is not None else None
+        if arms is None:
+            return
+        with _engine_failures():
+            if action is reconcile.Action.CREATE_ARMS and name not in self.created:
+                self.created.add(name)
+                if round_ is None:
+                    self._create_arms(arms)
+                else:
+                    self._round_arms(arms, round_)
+            elif action is reconcile.Action.CREATE_LOAD and name not in self.loaded:
+                if round_ is None:
+                    self._run_load(arms)
+                else:
+                    self._round_load(arms, round_)
+                self.loaded.add(name)
+
+    def decided(self, decision: reconcile.Decision) -> None:
+        """Keeps the status; shows the core's warnings on the way (a weak design, differing hosts)."""
+        self.current = decision.status
+        if not decision.status.phase.is_terminal:
+            for event in decision.events:
+                if event.type == "Warning":
+                    self.view.message(f"warning: {event.message}")
+
+    def _arm_state(self, arm: spec.Arm) -> reconcile.ArmState:
+        """An arm as the core sees a Deployment: one pod, Ready once it answered `/health`."""
+        state = self.arms.arms.get(arm) if self.arms is not None else None
+        if state is None or state.stopped:
+            if not self.in_turn:
+                return reconcile.ArmState()
+            # Each arm starts in its turn during the load: nothing to wait for before it.
+            return reconcile.ArmState(
+                exists=True, ready_replicas=1, pods=(reconcile.PodState(arm.value, "Running", ready=True),)
+            )
+        name = f"{arm.value}-{state.process.pid}" if state.process is not None else state.url
+        code = state.exit_code()
+        if code is not None:
+            died = reconcile.PodState(
+                name, "Failed", last_terminated_reason=f"exit {code}", last_exit_code=code
+            )
+            return reconcile.ArmState(exists=True, pods=(died,))
+        serving = reconcile.PodState(name, "Running", ready=True, round=self.round_of.get(arm))
+        return reconcile.ArmState(exists=True, ready_replicas=1, pods=(serving,))
+
+    def _create_arms(self, arms: engines.Engines) -> None:
+        """Both arms started and healthy (given URLs: attached); one GPU: checked, started in turn later."""
         if self.options.control_url and self.options.treatment_url:
             arms.attach(
                 {spec.Arm.CONTROL: self.options.control_url, spec.Arm.TREATMENT: self.options.treatment_url}
             )
-            self._load_together(arms, {})
         elif (kind := engines.engine_kind(self.spec)) == "vllm" and (
             problems := self._use_local_release(arms)
         ):
-            return self.failed("InvalidSpec", "; ".join(problems))
+            raise lifecycle.Failure("InvalidSpec", "; ".join(problems))
         elif kind == "simulator" or engines.gpu_count() >= 2 * self._gpus_per_arm():
             gpus = self._gpu_split()
             for arm in spec.Arm:
@@ -243,10 +342,19 @@ class _Run:
                 self.view.message(f"started the {arm.value} arm: {' '.join(arms.arms[arm].argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds)
             self.gpus = dict(gpus)
-            self._load_together(arms, gpus)
         else:
+            self._check_gpus_for_one_arm()
+            self.in_turn = True
+            return
+        self._record_hosts(arms, self.gpus)
+
+    def _run_load(self, arms: engines.Engines) -> None:
+        """The stages' load (one GPU: each arm in its turn)."""
+        if self.in_turn:
             self._load_one_after_the_other(arms)
-        return self._judge(arms)
+            return
+        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        self._load(arms, endpoints)
 
     def _gpus_per_arm(self) -> int:
         """GPUs one vLLM arm uses: its tensor-parallel size."""
@@ -274,63 +382,27 @@ class _Run:
         per_arm = self._gpus_per_arm()
         return {arm: ",".join(str(i + n * per_arm) for i in range(per_arm)) for n, arm in enumerate(spec.Arm)}
 
-    def _load_together(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
-        self._record_hosts(arms, gpus)
-        self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
-        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
-        self._load(arms, endpoints)
-        self._search(arms, endpoints)
-
-    def _search(self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint]) -> None:
-        """`workload.search`: probes, one paired stage after another, until `search.step` stops (issue 17)."""
-        wanted = self.spec.workload.search
-        if wanted is None:
-            return
-        main_spec, main_validity = self.spec, self.validity
-        judged: list[tuple[float, status.StageResult]] = []
-        try:
-            while True:
-                step, self.search = search.progress(wanted, judged)
-                if step.next_load is None:
-                    self.view.message(search.describe(self.search))
-                    return
-                stage = wanted.probe_stage(len(judged) + 1, step.next_load)
-                self.spec = search.probe_spec(main_spec, stage)
-                self.view.message(f"search: probe {len(judged) + 1} at {stage.load_label}")
-                before = len(self.records)
-                result = self._load(arms, endpoints, suffix=f"-{stage.name}")
-                outcome = search.judge_probe(
-                    main_spec,
-                    stage,
-                    self.records[before:],
-                    result.windows,
-                    validity=result.summary.get("validity"),
-                    index=len(judged) + 1,
-                )
-                judged.append((step.next_load, outcome))
-                self.view.message(f"search: {stage.name} {outcome.verdict.value}")
-        finally:
-            self.spec, self.validity = main_spec, main_validity
-
-    def _load_one_after_the_other(self, arms: engines.Engines) -> None:
-        """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
+    def _check_gpus_for_one_arm(self) -> None:
+        """One GPU (or GPUs for one arm only): enough for one arm at least (EngineError otherwise)."""
         per_arm, count = self._gpus_per_arm(), engines.gpu_count()
         if count < per_arm:
             raise engines.EngineError(
                 f"each arm needs {per_arm} GPUs (--tensor-parallel-size {per_arm} in spec.engine.args) "
                 f"but nvidia-smi lists {count}; lower the tensor-parallel size or run where {per_arm} GPUs are"
             )
-        gpus = ",".join(str(i) for i in range(per_arm))
         self.view.message(
             f"{count} GPU(s) for arms of {per_arm}: the arms run one after the other on the same prompts and schedule"
         )
+
+    def _load_one_after_the_other(self, arms: engines.Engines) -> None:
+        """One GPU (or GPUs for one arm only): each arm alone, on the same prompts and the same schedule."""
+        gpus = ",".join(str(i) for i in range(self._gpus_per_arm()))
         (self.out / "requests.jsonl").unlink(missing_ok=True)
         for arm in spec.Arm:
             started = arms.start(arm, gpus=gpus)
             self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
             self._record_hosts(arms, {arm: gpus})
-            self.status = self.status.model_copy(update={"phase": Phase.RUNNING})
             self.loads[arm] = self._load(
                 arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
             )
@@ -467,216 +539,256 @@ class _Run:
                     f"the {arm} arm answered every request with an error ({', '.join(classes)}): {example}",
                 )
 
-    def _judge(self, arms: engines.Engines) -> ExperimentStatus:
-        windows = self.windows
-        if self.spec.prometheus is not None:
-            windows = self._prometheus_windows()
-        analysis = verdict.analyse(self.spec, self.records, windows, validity=self.validity)
-        analysis, checked = self._crossover(arms, analysis)
-        judged = analysis.apply(self.status.model_copy(update={"phase": Phase.ANALYZING}))
-        judged = judged.model_copy(
-            update={
-                "completed_at": _now(),
-                "validity": self.validity,
-                "message": placement.qualify(judged.message or "", judged.environment),
-                "crossover": checked,
-                "degradations": _degradations(arms),
-            }
-        )
-        if self.spec.workload.search is not None:
-            judged = self._with_search(judged)
-        if self.loads:
-            judged = self._one_after_the_other(judged)
-        self.windows = windows
-        judged = self._write(judged)
-        if self.spec.analysis.confirm and judged.phase is Phase.COMPLETED:
-            self.judged = judged
-            update: dict[str, Any] = {}
-            try:
-                update["recommendation"] = self._confirmation(arms, judged)
-            except (engines.EngineError, ArmFailure) as exc:  # the first round's verdict stands
-                update["recommendation"] = confirm.not_run(judged.recommendation, confirm.Reason.ROUND_FAILED)
-                update["message"] = f"{judged.message}; the confirmation round failed: {exc}"
-            judged = self._write(judged.model_copy(update=update))
-        return judged
-
-    def _with_search(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """The search's result in status; the recommendation rests on the probes as well as the stages."""
-        wanted = self.spec.workload.search
-        assert wanted is not None
-        found = self.search
-        if found is None:  # one after the other: both arms are never up together to probe
-            found = status.SearchResult(
-                axis=wanted.axis,
-                reason="OneAfterTheOther",
-                message="the arms ran one after the other (GPUs for one arm only): no paired probe can be run",
+    def _judgement(
+        self, arms: engines.Engines, current: ExperimentStatus
+    ) -> reconcile.Judgement | reconcile.CollectFailure:
+        """The run judged as the core's Analyzing takes it, every round measured so far folded in as
+        the operator folds them (`controller/collect.py`): the search's probes, the crossover's
+        swapped round, the confirmation round; and the next round if one is owed (`rounds.py`);
+        or why no verdict (Failed)."""
+        first = self._stages()
+        notes = [ONE_AFTER_THE_OTHER] if self.loads else []
+        measured = first.verdict
+        if measured is None:
+            return reconcile.CollectFailure(
+                str(first.reason),
+                "; ".join([first.message, *notes]),
+                stages=first.stages,
+                speedup_summary=first.speedup_summary,
+                validity=self.validity,
             )
-        update: dict[str, Any] = {"search": found}
-        if found.probes and judged.verdict is not None:
-            update["recommendation"] = recommendation.recommend(self.spec, [*judged.stages, *found.probes])
-        return judged.model_copy(update=update)
+        found, owed = self._searched(current)
+        analysis, checked = first, None
+        if owed is None:
+            analysis, checked, owed = self._crossed(current, first)
+        if found is not None and found.probes:  # the recommendation rests on the probes as well
+            probed = recommendation.recommend(self.spec, [*analysis.stages, *found.probes])
+            analysis = dataclasses.replace(analysis, recommendation=probed)
+        advised = analysis.recommendation
+        if owed is None and self.spec.analysis.confirm:
+            advised, owed, note = self._confirmed(current, analysis)
+            notes += [note] if note else []
+        return reconcile.Judgement(
+            verdict=analysis.verdict or measured,
+            reason=str(analysis.reason),
+            message="; ".join([analysis.message, *notes]),
+            stages=analysis.stages,
+            recommendation=advised,
+            noise_floor=analysis.noise_floor,
+            crossover=checked,
+            search=found,
+            speedup_summary=analysis.speedup_summary,
+            validity=self.validity,
+            environment=self.environment,
+            results_ref=self._results_ref(),
+            degradations=_degradations(arms),
+            next_round=owed,
+        )
 
-    def _crossover(
-        self, arms: engines.Engines, analysis: verdict.Analysis
-    ) -> tuple[verdict.Analysis, status.CrossoverResult | None]:
-        """`analysis.crossover`: the stages again with the arms' GPUs swapped, folded in by `crossover.apply`."""
+    def _stages(self) -> verdict.Analysis:
+        """The stages judged (once), their windows with Prometheus' figures when it is set."""
+        if self.first is None:
+            if self.spec.prometheus is not None:
+                self.windows = self._prometheus_windows()
+            self.first = verdict.analyse(self.spec, self.records, self.windows, validity=self.validity)
+        return self.first
+
+    def _searched(self, current: ExperimentStatus) -> tuple[status.SearchResult | None, status.Round | None]:
+        """`workload.search`: the probes measured so far judged (`search.judge_probe`), and the next
+        probe's round while `search.step` asks for one; a probe that failed stops the search."""
+        wanted = self.spec.workload.search
+        if wanted is None:
+            return None, None
+        if self.in_turn:
+            return self._search_result(), None
+        judged: list[tuple[float, status.StageResult]] = []
+        for round_ in rounds.probes(current):
+            stage = rounds.probe_stage(self.spec, round_)
+            if stage is None or round_.load is None or round_.outcome == rounds.FAILED:
+                return search.failed(wanted, judged, round_.name, round_.message or "failed"), None
+            recs, result = self.measured[round_.name]
+            validity = result.summary.get("validity")
+            index = round_.probe or len(judged) + 1
+            outcome = search.judge_probe(
+                self.spec, stage, recs, result.windows, validity=validity, index=index
+            )
+            judged.append((round_.load, outcome))
+            if round_.name not in self.shown:
+                self.shown.add(round_.name)
+                self.view.message(f"search: {stage.name} {outcome.verdict.value}")
+        step, found = search.progress(wanted, judged)
+        if step.next_load is None:
+            if not self.search_told:
+                self.search_told = True
+                self.view.message(search.describe(found))
+            return found, None
+        return found, rounds.probe_round(wanted, len(judged) + 1, step.next_load)
+
+    def _search_result(self) -> status.SearchResult | None:
+        """One after the other: why the search could not run (both arms are never up together)."""
+        wanted = self.spec.workload.search
+        if wanted is None:
+            return None
+        return status.SearchResult(
+            axis=wanted.axis,
+            reason="OneAfterTheOther",
+            message="the arms ran one after the other (GPUs for one arm only): no paired probe can be run",
+        )
+
+    def _crossed(
+        self, current: ExperimentStatus, analysis: verdict.Analysis
+    ) -> tuple[verdict.Analysis, status.CrossoverResult | None, status.Round | None]:
+        """`analysis.crossover`: whether the swapped round (the arms' GPUs swapped) is owed (the third
+        item), or the stages' analysis with it folded in by `crossover.apply`, and `status.crossover`."""
         a = self.spec.analysis
         if a.crossover is spec.Crossover.OFF:
-            return analysis, None
-        if not analysis.measured:
-            return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check")
-        if not crossover.wanted(a, self.status.environment):
-            return analysis, crossover.not_apart(a)
+            return analysis, None, None
+        if not crossover.wanted(a, self.environment):
+            return analysis, crossover.not_apart(a), None
         if self.options.control_url is not None:
-            return analysis, crossover.skipped(
-                a,
-                crossover.SERVERS_GIVEN,
+            why = (
                 "the arms are the servers given by --control-url and --treatment-url, which run --local "
-                "cannot move: nothing to swap",
+                "cannot move: nothing to swap"
             )
+            return analysis, crossover.skipped(a, crossover.SERVERS_GIVEN, why), None
         if self.loads or len(set(self.gpus.values())) < 2:
-            return analysis, crossover.skipped(
-                a,
-                crossover.SAME_PLACEMENT,
+            why = (
                 "both arms had the same placement (one after the other on the same GPUs, or simulator "
-                "processes without GPUs): nothing to swap",
+                "processes without GPUs): nothing to swap"
             )
-        first = {arm: _placement_of(self.hosts.get(arm), self.gpus[arm]) for arm in spec.Arm}
-        swapped_gpus = {
-            spec.Arm.CONTROL: self.gpus[spec.Arm.TREATMENT],
-            spec.Arm.TREATMENT: self.gpus[spec.Arm.CONTROL],
-        }
-        for arm in spec.Arm:
-            left = arms.stop(arm)
-            if left:
-                raise engines.EngineError(
-                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
-                )
-        rounds = [
-            status.CrossoverPlacement(control=first[spec.Arm.CONTROL], treatment=first[spec.Arm.TREATMENT])
-        ]
-        try:
-            swapped_spec, recs, result = self._swapped_round(arms, swapped_gpus, rounds)
-        except (engines.EngineError, ArmFailure) as exc:
+            return analysis, crossover.skipped(a, crossover.SAME_PLACEMENT, why), None
+        control, treatment = (_placement_of(self.hosts.get(arm), self.gpus[arm]) for arm in spec.Arm)
+        first = status.CrossoverPlacement(control=control, treatment=treatment)
+        round_ = rounds.find(current, rounds.CROSSOVER)
+        if round_ is None:
+            swapped = status.CrossoverPlacement(control=first.treatment, treatment=first.control)
+            return analysis, None, status.Round(name=rounds.CROSSOVER, nodes=swapped)
+        if round_.outcome == rounds.FAILED or self.swapped is None:
             # Round 1 stands as measured; the check it asked for did not happen, so no pass stands.
-            self.view.message(f"crossover: the swapped round failed: {exc}")
-            failure = str(exc).splitlines()[0]
-            return crossover.apply(self.spec, analysis, [], rounds, failure=failure)
+            failure = (round_.message or "failed").splitlines()[0]
+            return (*crossover.apply(self.spec, analysis, [], [first], failure=failure), None)
+        placements = [first, self.swapped]
+        recs, result = self.measured[round_.name]
         validity = result.summary.get("validity")
         invalid = crossover.invalid(validity)
         if invalid is not None:
-            return crossover.apply(self.spec, analysis, [], rounds, failure=invalid)
-        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
-        return crossover.apply(self.spec, analysis, stages, rounds)
-
-    def _swapped_round(
-        self,
-        arms: engines.Engines,
-        swapped_gpus: Mapping[spec.Arm, str],
-        rounds: list[status.CrossoverPlacement],
-    ) -> tuple[spec.ExperimentSpec, list[records.RequestRecord], runner.RunResult]:
-        """Both arms started again on each other's GPUs, then the swapped round's load; appends its placement to `rounds`."""
-        for arm in spec.Arm:
-            arms.start(arm, gpus=swapped_gpus[arm], log_name=f"{arm.value}-swapped")
-            self.view.message(f"crossover: started the {arm.value} arm on GPUs {swapped_gpus[arm]}")
-        arms.wait_healthy(self.spec.deadlines.deploy_seconds)
-        with httpx.Client(timeout=2.0) as client:
-            second = {
-                arm: _placement_of(_arm_host(client, arms.arms[arm], swapped_gpus[arm]), swapped_gpus[arm])
-                for arm in spec.Arm
-            }
-        rounds.append(
-            status.CrossoverPlacement(control=second[spec.Arm.CONTROL], treatment=second[spec.Arm.TREATMENT])
-        )
+            return (*crossover.apply(self.spec, analysis, [], placements, failure=invalid), None)
         swapped_spec = crossover.swapped_spec(self.spec)
-        recs, result = self._load_swapped(arms, swapped_spec)
-        return swapped_spec, recs, result
+        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
+        return (*crossover.apply(self.spec, analysis, stages, placements), None)
 
-    def _load_swapped(
-        self, arms: engines.Engines, swapped_spec: spec.ExperimentSpec
-    ) -> tuple[list[records.RequestRecord], runner.RunResult]:
-        """The swapped round's load (fixed horizon) into DIR/crossover/; round 1's records stay apart."""
-        out = self.out / CROSSOVER_DIR
-        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
-        result = self._run_round(swapped_spec, endpoints, out, arms, lambda _stage, _recs: False)
-        return [r for r in _read_records(out) if not r.warmup], result
-
-    # ------------------------------------------------------------------------------- confirmation
-
-    def _confirmation(self, arms: engines.Engines, judged: ExperimentStatus) -> status.Recommendation:
-        """`analysis.confirm`: the treatment restarted with the recommended schedule, the stages again
-        against the control (same prompts and schedule), judged by `confirm`; or why it was not run.
+    def _confirmed(
+        self, current: ExperimentStatus, analysis: verdict.Analysis
+    ) -> tuple[status.Recommendation | None, status.Round | None, str | None]:
+        """`analysis.confirm`: (the recommendation with its confirmation, the round if it is owed, a
+        note for the message). The treatment restarted with the recommended schedule runs the stages
+        again against the control (same prompts and schedule), judged by `confirm`.
 
         Arms one after the other (too few GPUs for both): only the treatment runs again, paired with
         the control measured in the first round, as the first round pairs them.
         """
-        rec = judged.recommendation
-        schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
-        if self.options.control_url is not None:
-            return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE)
-        if rec is None or schedule is None:
-            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE)
-        planned = confirm.plan(self.spec, judged.stages, schedule)
-        second = confirm.treatment_spec(self.spec, schedule)
-        self.view.message(
-            f"confirmation: restarting the treatment with num_speculative_tokens_per_batch_size={schedule}"
-        )
-        arms.spec = second  # the control's command line is the same under either spec
-        out = self.out / CONFIRMATION_DIR
-        treatment = spec.Arm.TREATMENT
-        if not self.loads:  # side by side: the control keeps serving where it served the first round
-            # ... unless the crossover moved both arms: then both go back to their first placements
-            moved = judged.crossover is not None and len(judged.crossover.rounds) > 1
-            restart = list(spec.Arm) if moved else [treatment]
-            for arm in restart:
-                left = arms.stop(arm)
-                if left:
-                    raise engines.EngineError(f"the {arm.value} arm's processes {left} survived SIGKILL")
-            for arm in restart:
-                started = arms.start(arm, gpus=self.gpus.get(arm), log_name=f"{arm.value}-confirmation")
-                self.view.message(f"confirmation: started the {arm.value} arm: {' '.join(started.argv)}")
-        else:
-            restart = [treatment]
-            gpus = ",".join(str(i) for i in range(self._gpus_per_arm()))
-            started = arms.start(treatment, gpus=gpus, log_name=f"{treatment.value}-confirmation")
-            self.view.message(f"confirmation: started the treatment arm: {' '.join(started.argv)}")
-        arms.wait_healthy(self.spec.deadlines.deploy_seconds, restart)
-        endpoints = {
-            arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items() if not state.stopped
-        }
-        result = self._round_load(second, arms, endpoints, out)
-        found = _read_records(out)
+        rec = analysis.recommendation
+        round_ = rounds.find(current, rounds.CONFIRMATION)
+        if round_ is None:
+            schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
+            if self.options.control_url is not None:
+                return confirm.not_run(rec, confirm.Reason.ARMS_NOT_STARTED_HERE), None, None
+            if schedule is None:
+                return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE), None, None
+            crossed = rounds.find(current, rounds.CROSSOVER) is not None
+            return rec, rounds.confirmation_round(schedule, self.environment, crossed=crossed), None
+        if round_.outcome == rounds.FAILED or round_.schedule is None:
+            how = f"was {self.interruption}" if self.interruption else f"failed: {round_.message}"
+            return confirm.not_run(rec, confirm.Reason.ROUND_FAILED), None, f"the confirmation round {how}"
+        found, result = self.measured[round_.name]
         windows, validity = result.windows, result.summary.get("validity")
         if self.loads:
             control = self.loads[spec.Arm.CONTROL]
             found = [r for r in self.records if r.arm == spec.Arm.CONTROL.value] + found
             windows = _merged_windows(control.windows, result.windows)
             validity = _merged_validity(control.summary.get("validity"), validity)
-            arms.stop(treatment)
-        folded = confirm.fold(rec, confirm.judge(second, planned, found, windows, validity=validity))
+        planned = confirm.plan(self.spec, analysis.stages, round_.schedule)
+        second = rounds.arm_spec(self.spec, round_)
+        judged = confirm.judge(second, planned, found, windows, validity=validity)
+        folded = confirm.fold(rec or status.Recommendation(), judged)
         self.view.message(confirm.summary(folded))
-        return folded
+        return folded, None, None
 
-    def _round_load(
-        self,
-        second: spec.ExperimentSpec,
-        arms: engines.Engines,
-        endpoints: dict[str, runner.Endpoint],
-        out: Path,
-    ) -> runner.RunResult:
-        """The confirmation round's load: the first round's plan and salt, no early stop (`confirm`)."""
+    # ------------------------------------------------------------------------------------- rounds
+
+    def _round_arms(self, arms: engines.Engines, round_: status.Round) -> None:
+        """The arms the round starts again (`rounds.started`), healthy: the crossover's on each
+        other's GPUs; the confirmation's treatment with its schedule (and, after a crossover, both
+        back on their GPUs of the stages; one GPU: the treatment alone)."""
+        started = rounds.started(round_)
+        if round_.name == rounds.CROSSOVER:
+            gpus = {
+                spec.Arm.CONTROL: self.gpus[spec.Arm.TREATMENT],
+                spec.Arm.TREATMENT: self.gpus[spec.Arm.CONTROL],
+            }
+            log = "swapped"
+        else:
+            arms.spec = rounds.arm_spec(self.spec, round_)  # the control's command line is the same
+            per_arm = ",".join(str(i) for i in range(self._gpus_per_arm()))
+            gpus = {spec.Arm.TREATMENT: per_arm} if self.loads else dict(self.gpus)
+            log = "confirmation"
+            self.view.message(
+                "confirmation: restarting the treatment with num_speculative_tokens_per_batch_size="
+                f"{round_.schedule}"
+            )
+        for arm in started:
+            left = arms.stop(arm)
+            if left:
+                raise engines.EngineError(
+                    f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
+                )
+        for arm in started:
+            arm_gpus = gpus.get(arm)
+            process = arms.start(arm, gpus=arm_gpus, log_name=f"{arm.value}-{log}")
+            self.round_of[arm] = round_.name
+            if round_.name == rounds.CROSSOVER:
+                self.view.message(f"crossover: started the {arm.value} arm on GPUs {arm_gpus}")
+            else:
+                self.view.message(f"confirmation: started the {arm.value} arm: {' '.join(process.argv)}")
+        arms.wait_healthy(self.spec.deadlines.deploy_seconds, started)
+        if round_.name == rounds.CROSSOVER:
+            with httpx.Client(timeout=2.0) as client:
+                control, treatment = (
+                    _placement_of(_arm_host(client, arms.arms[arm], gpus[arm]), gpus[arm]) for arm in spec.Arm
+                )
+            self.swapped = status.CrossoverPlacement(control=control, treatment=treatment)
+
+    def _round_load(self, arms: engines.Engines, round_: status.Round) -> None:
+        """The round's load, kept by its name for the judging: a probe's one paired stage (with the
+        stages' sequential stopping) into DIR/load-<probe>/; the crossover's swapped round into
+        DIR/crossover/ and the confirmation's into DIR/confirmation/, both without early stop."""
+        endpoints = {arm.value: runner.Endpoint(s.url) for arm, s in arms.arms.items() if not s.stopped}
+        stage = rounds.probe_stage(self.spec, round_)
+        if stage is not None:
+            self.view.message(rounds.describe(self.spec, round_))
+            main_spec, main_validity, before = self.spec, self.validity, len(self.records)
+            self.spec = search.probe_spec(main_spec, stage)
+            try:
+                result = self._load(arms, endpoints, suffix=f"-{stage.name}")
+            finally:
+                self.spec, self.validity = main_spec, main_validity
+            self.measured[round_.name] = (self.records[before:], result)
+            return
+        if round_.name == rounds.CROSSOVER:
+            second, out = crossover.swapped_spec(self.spec), self.out / CROSSOVER_DIR
+        else:
+            second, out = rounds.arm_spec(self.spec, round_), self.out / CONFIRMATION_DIR
 
         def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
             self.view.note_speedup(stage, list(recs))
             return False
 
-        return self._run_round(second, endpoints, out, arms, decided)
-
-    def _one_after_the_other(self, judged: ExperimentStatus) -> ExperimentStatus:
-        """Arms one after the other: the message says that pairs were not simultaneous."""
-        note = "the arms ran one after the other (too few GPUs for both) on the same prompts and schedule, so pairs were not simultaneous"
-        message = f"{judged.message}; {note}" if judged.message else note
-        return judged.model_copy(update={"message": message})
+        result = self._run_round(second, endpoints, out, arms, decided)
+        found = _read_records(out)  # the confirmation pairs its warm-up as the first round's
+        self.measured[round_.name] = (
+            [r for r in found if not r.warmup] if out.name == CROSSOVER_DIR else found,
+            result,
+        )
 
     def _prometheus_windows(self) -> list[records.StageWindow]:
         assert self.spec.prometheus is not None
@@ -711,31 +823,29 @@ class _Run:
 
     def interrupted(self, how: str) -> ExperimentStatus:
         """Ctrl-C, SIGTERM or SIGHUP: Failed with what was measured kept, or, during the confirmation
-        round, the verdict already reached with the round not run (RoundFailed)."""
-        if self.judged is None:
+        round, the verdict reached without it: the round ends (RoundFailed) as the core ends a round
+        that fails, and the stages are judged without it."""
+        round_ = rounds.current(self.current)
+        if round_ is None or round_.name != rounds.CONFIRMATION:
             return self._interrupted_in_stages(how)
-        final = self.judged.model_copy(
-            update={
-                "recommendation": confirm.not_run(self.judged.recommendation, confirm.Reason.ROUND_FAILED),
-                "message": f"{self.judged.message}; the confirmation round was {how}",
-            }
-        )
-        return self._write(final)
+        self.interruption = how
+        fault = reconcile.Fault("Interrupted", how, permanent=True)
+        ended = reconcile.decide_after_fault(self.subject, self.current, fault, datetime.now(UTC))
+        return self._write(lifecycle.drive(self.subject, self, current=ended.status))
 
     def failed(self, reason: str, message: str) -> ExperimentStatus:
-        """Failed (could not measure), with what was measured kept in DIR."""
+        """Failed (could not measure) as the core ends a run on a fault it cannot retry, from the
+        phase the run was in (a round in progress ends first); what was measured is kept in DIR."""
         if not self.records:
             self.records = _read_records(self.out)
-        final = self.status.model_copy(
-            update={
-                "phase": Phase.FAILED,
-                "verdict": None,
-                "reason": reason,
-                "message": message,
-                "completed_at": _now(),
-            }
-        )
-        return self._write(final)
+        now = datetime.now(UTC)
+        current = self.current
+        fault = reconcile.Fault(reason, message, permanent=True)
+        if current.observed_generation != GENERATION:  # before the first tick: as the core starts it
+            current = reconcile.decide(self.subject, current, reconcile.Observed(), now).status
+        if rounds.current(current) is not None:  # the round ends, then the run
+            current = reconcile.decide_after_fault(self.subject, current, fault, now).status
+        return self._write(reconcile.decide_after_fault(self.subject, current, fault, now).status)
 
     def _interrupted_in_stages(self, how: str) -> ExperimentStatus:
         """Interrupted before a verdict: Failed, keeping the stages both arms finished before it (their
@@ -754,7 +864,7 @@ class _Run:
         analysis = verdict.analyse(self.spec, self.records, windows, validity=validity)
         kept = [s for s in analysis.stages if s.name in done]
         self.windows = [w for w in windows if w.stage in done]
-        self.status = self.status.model_copy(update={"stages": kept})
+        self.current = self.current.model_copy(update={"stages": kept})
         return self.failed(
             "Interrupted",
             f"{how}; the {len(kept)} of {len(names)} stage(s) finished before that "
@@ -788,8 +898,13 @@ class _Run:
         return _merged_windows(control, treatment), _merged_validity(control_validity, treatment_validity)
 
     def _write(self, final: ExperimentStatus) -> ExperimentStatus:
-        """result.json and the report of `final`, with the conditions the resource would carry."""
-        final = reconcile.with_conditions(final, 1, datetime.now(UTC), previous=self.written)
+        """result.json and the report of `final`, the status the core decided (or one changed after
+        it: the confirmation round's outcome, an interruption), its conditions brought up to date."""
+        if final.results_ref is None:
+            final = final.model_copy(update={"results_ref": self._results_ref()})
+        final = conditions.with_conditions(
+            final, GENERATION, datetime.now(UTC), previous=self.written or final
+        )
         self.written = final
         with exit_status.writing_results(self.out):
             results.write_results(
@@ -802,6 +917,9 @@ class _Run:
                 write_inputs=False,
             )
         return final
+
+    def _results_ref(self) -> status.ResultsRef:
+        return status.ResultsRef(directory=str(self.out))
 
     def _record_hosts(self, arms: engines.Engines, gpus: Mapping[spec.Arm, str]) -> None:
         """Where the serving arms run (each recorded once), into the environment; says when the hosts differ."""
@@ -825,10 +943,9 @@ class _Run:
         hosts = status.ArmHosts(
             control=self.hosts.get(spec.Arm.CONTROL), treatment=self.hosts.get(spec.Arm.TREATMENT)
         )
-        environment = placement.with_hosts(environment, hosts)
-        self.status = self.status.model_copy(update={"environment": environment})
-        warning = placement.warning(environment)
-        if warning is not None:
+        self.environment = placement.with_hosts(environment, hosts)
+        warning = placement.warning(self.environment)
+        if warning is not None and self.in_turn:  # side by side, the core warns as the load starts
             self.view.message(f"warning: {warning}")
 
 
@@ -972,5 +1089,10 @@ def _degradations(arms: engines.Engines) -> list[status.Degradation]:
         return degradations.scan(lines)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+@contextlib.contextmanager
+def _engine_failures() -> Iterator[None]:
+    """An arm that could not start or be stopped (`engines.EngineError`): the run's EngineUnavailable."""
+    try:
+        yield
+    except engines.EngineError as exc:
+        raise lifecycle.Failure("EngineUnavailable", str(exc)) from None
