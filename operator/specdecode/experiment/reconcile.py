@@ -49,6 +49,7 @@ from specdecode.experiment import (
     status,
 )
 from specdecode.experiment.status import Condition, ExperimentStatus, Phase, Round, Verdict
+from specdecode.experiment.validity import Validity
 
 RETRYING = "retrying: "
 """How status.message starts while a fault (or a transient collection failure) is retried."""
@@ -151,7 +152,7 @@ class Judgement:
     crossover: status.CrossoverResult | None = None
     search: status.SearchResult | None = None
     speedup_summary: str | None = None
-    validity: dict[str, object] | None = None
+    validity: Validity | None = None
     environment: status.Environment | None = None
     results_ref: status.ResultsRef | None = None
     next_round: Round | None = None

@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from specdecode.experiment.validity import Validity
+
 
 def _e2e_field(name: str) -> Any:
     """`e2eP50` on the wire; `e2EP50` (the camel-casing of `e2e_p50` written before 2026-12) still read."""
@@ -790,7 +792,7 @@ class ExperimentStatus(StatusModel):
     """Where speculation stops paying."""
     noise_floor: NoiseFloor | None = None
     """The A/A result (only with `analysis.mode: NoiseFloor`)."""
-    validity: dict[str, Any] | None = None
+    validity: Validity | None = None
     """The load generator's own health (schedule lag, loop lag, client CPU)."""
     crossover: CrossoverResult | None = None
     """The placement check (`analysis.crossover` not Off): whether it ran and the placement effect."""
