@@ -132,6 +132,7 @@ def judge(
                 speedup=result.speedup,
                 verdict=result.verdict,
                 reasons=result.reasons,
+                code=result.code,
             )
         )
     return out

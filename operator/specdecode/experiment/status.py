@@ -561,6 +561,8 @@ class ConfirmationStage(StatusModel):
     """Pass, Fail or Inconclusive against `threshold` (guardrails as in the first round)."""
     reasons: list[str] = Field(default_factory=list)
     """Why: one short line per finding."""
+    code: ReasonCode | None = None
+    """The machine reason of `verdict`, as a stage's `code`."""
 
 
 class LengthRecommendation(StatusModel):
