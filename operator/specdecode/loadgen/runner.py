@@ -748,7 +748,8 @@ async def run(
     """
     if not endpoints:
         raise ValueError("no endpoint to load")
-    unknown = [str(a) for a in endpoints if a not in set(spec.Arm)]
+    known = set(spec.Arm)
+    unknown = [str(a) for a in endpoints if a not in known]
     if unknown:
         raise ValueError(f"endpoints: unknown arm(s) {unknown}; the arms are {[a.value for a in spec.Arm]}")
     arms = {spec.Arm(a): ep for a, ep in endpoints.items()}
