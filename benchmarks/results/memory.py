@@ -53,7 +53,7 @@ def build(records: int, tokens: int, stages: int) -> dict[str, str]:
 def judge(bundle_path: str, max_bytes: int) -> dict[str, Any]:
     """In this process: what the operator does with the parts (inflate, parse, analyse, render)."""
     from specdecode import results
-    from specdecode.experiment import status, validation, verdict
+    from specdecode.experiment import status, validation, validity, verdict
     from specdecode.report import page
 
     parts, spec_doc = pickle.loads(Path(bundle_path).read_bytes())
@@ -74,7 +74,7 @@ def judge(bundle_path: str, max_bytes: int) -> dict[str, Any]:
                 "spec": spec_doc,
             }
         )
-        analysis = verdict.analyse(spec, recs, windows, validity=summary.get("validity"))
+        analysis = verdict.analyse(spec, recs, windows, validity=validity.Validity.of_summary(summary))
         judged = analysis.apply(status.ExperimentStatus())
         page.render_html(judged, recs, windows, spec, name="exp")
         outcome = str(analysis.verdict or analysis.reason)

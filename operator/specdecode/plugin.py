@@ -360,7 +360,7 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
             continue
         seen.add(window.stage)
         measured = [r for r in recs if r.stage == window.stage and not r.warmup]
-        pairs = min(sum(r.arm == arm.value for r in measured) for arm in spec.Arm)
+        pairs = min(sum(r.arm == arm for r in measured) for arm in spec.Arm)
         early = ", stopped early" if window.stopped_early else ""
         lines.append(
             f"stage {window.stage} measured: {pairs} pairs in {window.end - window.start:.1f} s{early}"

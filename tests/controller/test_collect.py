@@ -526,7 +526,8 @@ def test_two_load_pods_results_are_merged_and_judged_as_one_pod_s(
     assert [(s.name, s.verdict, s.control.requests) for s in two.stages] == [
         (s.name, s.verdict, s.control.requests) for s in one.stages
     ]
-    assert two.validity is not None and [p["pod"] for p in two.validity["pods"]] == [0, 1]
+    assert two.validity is not None and two.validity.pods is not None
+    assert [p.wire()["pod"] for p in two.validity.pods] == [0, 1]
 
 
 def test_a_load_pod_behind_schedule_or_without_results_fails_the_run_naming_it(

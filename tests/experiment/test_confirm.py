@@ -169,7 +169,8 @@ def test_the_status_carries_the_confirmation_in_camel_case() -> None:
     rec = confirmation(make_spec(), c1=1.4, c16=1.0)
     wire = rec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert wire["confirmed"] is True and wire["confirmationReason"] == "Confirmed"
-    assert {"name", "k", "threshold", "speedup", "verdict"} <= set(wire["confirmation"][0])
+    assert {"name", "k", "threshold", "speedup", "verdict", "code"} <= set(wire["confirmation"][0])
+    assert wire["confirmation"][0]["code"] == "SpeedupConfirmed"  # the stage rule's code, not read from text
 
 
 def problems(**kwargs: Any) -> list[str]:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from specdecode.experiment import loadpods, manifests, records, validation, verdict
+from specdecode.experiment import loadpods, manifests, records, validation
+from specdecode.experiment import validity as validity_mod
 from tests.factories import experiment_document
 
 SETTINGS = manifests.Settings(operator_image="specdecode:test")
@@ -130,10 +131,10 @@ def test_the_merge_puts_every_pod_on_the_first_pod_s_clock_and_spans_each_stage(
 def test_a_pod_that_fell_behind_invalidates_the_merged_run_and_is_named() -> None:
     *_, summary = loadpods.merge([pod(0.0, range(0, 4, 2), 0.0), pod(0.0, range(1, 4, 2), 0.04, valid=False)])
     validity = summary["validity"]
-    assert not validity["valid"] and validity["invalidPods"] == [1]
+    assert not validity["valid"] and validity["invalid_pods"] == [1]
     assert validity["reasons"] == ["load pod 1: schedule lag p99 40.00 ms > budget 5.00 ms"]
     assert [p["valid"] for p in validity["pods"]] == [True, False]
-    judged = verdict.stage_validity(validity, "s")
+    judged = validity_mod.of_stage(validity_mod.Validity.model_validate(validity), "s")
     assert not judged.valid and "load pod 1" in judged.reasons[0]
     # a pod marked invalid without a reason is still named
     recs, anchor, windows, unexplained = pod(0.0, range(1), 0.0, valid=False)

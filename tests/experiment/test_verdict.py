@@ -31,6 +31,7 @@ from specdecode.experiment.status import (
     StageVerdict,
     Verdict,
 )
+from specdecode.experiment.validity import StageValidity, Validity
 from tests.factories import experiment_document
 from tests.report import synthetic
 
@@ -344,7 +345,7 @@ def test_invalid_measurement_is_never_a_verdict() -> None:
     spec = make_spec()
     records, windows = synthetic.run(spec, speedup=1.5, n=60)
     result = verdict.analyse(
-        spec, records, windows, validity={"valid": False, "reasons": ["schedule lag 40 ms"]}
+        spec, records, windows, validity=Validity(valid=False, reasons=["schedule lag 40 ms"])
     )
     assert result.verdict is None and result.reason == "InvalidMeasurement"
     assert "schedule lag" in result.message
@@ -353,7 +354,9 @@ def test_invalid_measurement_is_never_a_verdict() -> None:
 def test_an_invalid_stage_is_inconclusive() -> None:
     spec = make_spec()
     records, windows = synthetic.run(spec, speedup=1.5, n=60)
-    result = verdict.analyse(spec, records, windows, validity={"stages": {"c16": {"valid": False}}})
+    result = verdict.analyse(
+        spec, records, windows, validity=Validity.model_validate({"stages": {"c16": {"valid": False}}})
+    )
     assert stage(result, "c16").verdict is StageVerdict.INCONCLUSIVE
     assert result.verdict is Verdict.INCONCLUSIVE and result.reason == "InvalidMeasurement"
 
@@ -718,7 +721,7 @@ def _facts(**change: Any) -> verdict.StageFacts:
     )
     facts = verdict.StageFacts(
         critical=False,
-        validity=verdict.StageValidity(True),
+        validity=StageValidity(valid=True),
         missing=None,
         control_fails=False,
         surely_breached=False,
@@ -738,7 +741,11 @@ def _label(label: comparison.Label) -> comparison.MetricVerdict:
         ({}, (StageVerdict.PASS, ReasonCode.SPEEDUP_CONFIRMED, "1.30x")),
         # each row beats every row below it: the facts of the later rows are set too
         (
-            {"critical": True, "validity": verdict.StageValidity(False, ["late"]), "surely_breached": True},
+            {
+                "critical": True,
+                "validity": StageValidity(valid=False, reasons=["late"]),
+                "surely_breached": True,
+            },
             (
                 StageVerdict.FAIL,
                 ReasonCode.OUTPUT_MISMATCH,
@@ -746,11 +753,11 @@ def _label(label: comparison.Label) -> comparison.MetricVerdict:
             ),
         ),
         (
-            {"validity": verdict.StageValidity(False, ["pacer late"]), "missing": "no requests"},
+            {"validity": StageValidity(valid=False, reasons=["pacer late"]), "missing": "no requests"},
             (StageVerdict.INCONCLUSIVE, ReasonCode.INVALID_MEASUREMENT, "invalid measurement: pacer late"),
         ),
         (
-            {"validity": verdict.StageValidity(False)},
+            {"validity": StageValidity(valid=False)},
             (
                 StageVerdict.INCONCLUSIVE,
                 ReasonCode.INVALID_MEASUREMENT,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from specdecode import cli, results
-from specdecode.experiment import loadpods, verdict
+from specdecode.experiment import loadpods, validity
 from specdecode.loadgen import plan as plan_mod
 from specdecode.loadgen import workload
 
@@ -94,7 +94,8 @@ def test_two_pods_send_the_one_pod_s_pairs_and_merge_into_one_run(fake_server: S
     assert all(abs(a - b) < 0.05 for a, b in open_pairs.values())
     assert summary["loadPods"] == 2 and [p["pod"] for p in summary["validity"]["pods"]] == [0, 1]
     assert summary["validity"]["valid"] == all(p[3]["validity"]["valid"] for p in pods)
-    assert verdict.stage_validity(summary["validity"], "open").valid == summary["validity"]["valid"]
+    merged = validity.Validity.model_validate(summary["validity"])
+    assert validity.of_stage(merged, "open").valid == summary["validity"]["valid"]
 
 
 def test_the_cli_sends_its_pod_s_shard_and_refuses_load_pods_without_its_index(

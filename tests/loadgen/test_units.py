@@ -425,6 +425,36 @@ def test_validity_flags_schedule_lag_always_and_loop_lag_only_when_the_loop_take
     assert not loop["valid"] and "event-loop lag" in loop["reasons"][0]
 
 
+def test_the_validity_block_is_the_json_main_wrote() -> None:
+    """The typed block writes the same `loadgen-summary.json` as main's dict (key order included),
+    and the run's result reads it back as a `Validity`."""
+    from tests.experiment.test_validity import LOADGEN_BLOCK
+
+    stage = plan.StagePlan(name="s", requests=(), rate=10.0, offsets=())
+    recs = [
+        records.RequestRecord(
+            stage="s", index=0, arm=arm, ok=True, intended=0.0, sent=0.009, first_token=0.05, end=0.1
+        )
+        for arm in ("control", "treatment")
+    ]
+    doc = summary.build(
+        plan.Plan(stages=(stage,)),
+        [summary.derive(r) for r in recs],
+        [records.StageWindow(stage="s", start=0.0, end=1.0)],
+        records.RunAnchor(monotonic=0.0, wall=0.0),
+        loop_lags_ms=[20.0] * 10,
+        cpu_percent=10.0,
+        interrupted=True,
+        connections={spec.Arm.CONTROL: 2, spec.Arm.TREATMENT: 3},
+        stamps="kernel",
+    )
+    written = json.loads(json.dumps(doc))
+    assert json.dumps(written["validity"]) == json.dumps(LOADGEN_BLOCK)
+    assert list(written["stages"][0]["arms"]) == ["control", "treatment"]
+    result = runner.RunResult(Path(), records.RunAnchor(monotonic=0.0, wall=0.0), [], written, 2)
+    assert result.validity is not None and result.validity.wire() == LOADGEN_BLOCK and not result.valid
+
+
 @pytest.mark.parametrize(
     "event",
     [

@@ -37,6 +37,7 @@ from specdecode.experiment.status import (
     StageGpu,
     StageVerdict,
 )
+from specdecode.experiment.validity import Validity
 from specdecode.report import results, svg, terminal
 from specdecode.report.page import render_html
 from tests.factories import experiment_document
@@ -415,7 +416,9 @@ def test_the_confirmation_round_shows_in_the_terminal_and_the_report(
 
 def test_the_page_shows_no_raw_json(spec: ExperimentSpec, finished: Finished) -> None:
     status, records, windows = finished
-    validity = {"valid": True, "reasons": [], "schedule_lag_ms": {"p50": 0.4, "p99": 2.5}, "stages": {}}
+    validity = Validity.model_validate(
+        {"valid": True, "reasons": [], "schedule_lag_ms": {"p50": 0.4, "p99": 2.5}, "stages": {}}
+    )
     environment = placement.environment(spec, releases.resolve(spec.engine))
     status = status.model_copy(update={"validity": validity, "environment": environment})
     assert status.stages[0].acceptance is not None and status.stages[0].acceptance.sources

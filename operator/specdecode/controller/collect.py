@@ -53,6 +53,7 @@ from specdecode.experiment import (
     telemetry,
     verdict,
 )
+from specdecode.experiment.validity import Validity
 from specdecode.report import page
 from specdecode.sources import prometheus
 
@@ -268,6 +269,10 @@ async def store_report(
     return report
 
 
+Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], Validity | None]
+"""A round's records, clock anchor, stage windows and validity block."""
+
+
 async def read_results(
     kube: Kube,
     metadata: Mapping[str, Any],
@@ -276,9 +281,9 @@ async def read_results(
     job_uid: str | None,
     round_name: str | None = None,
     pods: int = 1,
-) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+) -> Measured:
     """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
-    parsed off the event loop; raises `results.ResultsError` (a ValueError of parsing becomes
+    parsed off the event loop (the summary's validity block, None when it has none); raises `results.ResultsError` (a ValueError of parsing becomes
     `ResultsCorrupt`). A Job of `pods` > 1 load pods: every pod's bundle, each read and trusted as
     one Job's, merged into one (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
     shards = []
@@ -298,7 +303,10 @@ async def read_results(
         except ValueError as exc:
             raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
         del files
-    return shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
+    recs, anchor, windows, summary = (
+        shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
+    )
+    return recs, anchor, windows, Validity.of_summary(summary)
 
 
 async def with_prometheus(
@@ -333,9 +341,6 @@ async def with_prometheus(
     ]
 
 
-Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
-
-
 async def measured(
     kube: Kube,
     metadata: Mapping[str, Any],
@@ -348,7 +353,7 @@ async def measured(
     """One round's results (None: the stages) with each window's server metrics from Prometheus."""
     name, namespace = metadata["name"], metadata["namespace"]
     try:
-        recs, anchor, windows, summary = await read_results(
+        recs, anchor, windows, block = await read_results(
             kube,
             metadata,
             settings,
@@ -382,7 +387,7 @@ async def measured(
             f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
             f"{keys.LABEL_EXPERIMENT}={name} and keeps that label as {settings.label_names.experiment}",
         )
-    return recs, anchor, windows, summary
+    return recs, anchor, windows, block
 
 
 @one_at_a_time
@@ -407,12 +412,10 @@ async def collect(
     first = await measured(kube, metadata, experiment, settings, job_uid=job_uids.get(None))
     if isinstance(first, reconcile.CollectFailure):
         return first
-    recs, anchor, windows, summary = first
+    recs, anchor, windows, block = first
     checked: status.CrossoverResult | reconcile.CollectFailure | None = None
     try:
-        analysis = await in_analysis_lane(
-            verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
-        )
+        analysis = await in_analysis_lane(verdict.analyse, experiment, recs, windows, validity=block)
         searched = (
             await _search(kube, metadata, experiment, current, settings, job_uids)
             if analysis.measured
@@ -472,7 +475,7 @@ async def collect(
             crossover=checked,
             search=found,
             speedup_summary=analysis.speedup_summary,
-            validity=summary.get("validity"),
+            validity=block,
             next_round=owed,
         )
     judged = analysis.apply(current).model_copy(
@@ -493,7 +496,7 @@ async def collect(
         crossover=checked,
         search=found,
         speedup_summary=analysis.speedup_summary,
-        validity=summary.get("validity"),
+        validity=block,
         results_ref=ref,
     )
 
@@ -525,14 +528,14 @@ async def _search(
             if probe.transient:
                 return probe
             return search.failed(wanted, judged, round_.name, f"{probe.reason}: {probe.message}"), None
-        recs, _, windows, summary = probe
+        recs, _, windows, block = probe
         result = await in_analysis_lane(
             search.judge_probe,
             experiment,
             stage,
             recs,
             windows,
-            validity=summary.get("validity"),
+            validity=block,
             index=round_.probe,
         )
         judged.append((round_.load, result))
@@ -596,13 +599,12 @@ async def _crossover(
             return analysis, swapped, None
         failure = f"{swapped.reason}: {swapped.message}"
         return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
-    recs, _, windows, summary = swapped
-    validity = summary.get("validity")
-    invalid = crossover.invalid(validity)
+    recs, _, windows, block = swapped
+    invalid = crossover.invalid(block)
     if invalid is not None:
         return (*crossover.apply(experiment, analysis, [], placements, failure=invalid), None)
     round_spec = rounds.load_spec(experiment, round_)
-    judged = await in_analysis_lane(verdict.analyse, round_spec, recs, windows, validity=validity)
+    judged = await in_analysis_lane(verdict.analyse, round_spec, recs, windows, validity=block)
     return (*crossover.apply(experiment, analysis, judged.stages, placements), None)
 
 
@@ -635,7 +637,7 @@ async def _confirmation(
         if second.transient:
             return second
         return failed, None, f"the confirmation round failed: {second.reason}: {second.message}"
-    recs, _, windows, summary = second
+    recs, _, windows, block = second
     planned = confirm.plan(experiment, analysis.stages, round_.schedule)
     judged = await in_analysis_lane(
         confirm.judge,
@@ -643,7 +645,7 @@ async def _confirmation(
         planned,
         recs,
         windows,
-        validity=summary.get("validity"),
+        validity=block,
     )
     folded = confirm.fold(rec or status.Recommendation(), judged)
     return folded, None, None
@@ -670,7 +672,7 @@ async def salvage(
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     try:
-        recs, anchor, windows, summary = await read_results(
+        recs, anchor, windows, block = await read_results(
             kube, metadata, settings, job_uid=job_uid, pods=experiment.workload.load_pods
         )
     except results.ResultsError:
@@ -686,9 +688,7 @@ async def salvage(
             windows = await with_prometheus(
                 source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
-    analysis = await in_analysis_lane(
-        verdict.analyse, experiment, recs, windows, validity=summary.get("validity")
-    )
+    analysis = await in_analysis_lane(verdict.analyse, experiment, recs, windows, validity=block)
     total = len(experiment.workload.stages)
     kept = failed.model_copy(
         update={

@@ -26,15 +26,15 @@ verdicts are listed), false when one does, null when no stage measured anything 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from specdecode.experiment import speculative_rules, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ConfirmationStage, Recommendation, StageResult, StageVerdict
+from specdecode.experiment.validity import Validity
 
 #: where the schedule turns speculation off, the treatment passes when its speed-up is surely >= this
 NON_INFERIORITY = 0.98
@@ -104,7 +104,7 @@ def judge(
     records: Sequence[RequestRecord],
     windows: Sequence[StageWindow],
     *,
-    validity: Mapping[str, Any] | None = None,
+    validity: Validity | None = None,
 ) -> list[ConfirmationStage]:
     """Each planned stage of the round, judged against its threshold.
 
@@ -132,6 +132,7 @@ def judge(
                 speedup=result.speedup,
                 verdict=result.verdict,
                 reasons=result.reasons,
+                code=result.code,
             )
         )
     return out

@@ -59,6 +59,7 @@ from specdecode.experiment.status import (
     StageVerdict,
     Verdict,
 )
+from specdecode.experiment.validity import Validity
 
 #: The reason of a stage, and of the verdict, that the placement effect made Inconclusive.
 PLACEMENT_EFFECT = ReasonCode.PLACEMENT_EFFECT
@@ -106,12 +107,12 @@ def swapped_spec(s: spec.ExperimentSpec) -> spec.ExperimentSpec:
     return s.model_copy(update={"workload": workload, "analysis": analysis})
 
 
-def invalid(validity: object) -> str | None:
+def invalid(validity: Validity | None) -> str | None:
     """The `failure` of a swapped round whose load generator marked its measurement invalid (its
     summary's `validity`), else None."""
-    if not isinstance(validity, dict) or bool(validity.get("valid", True)):
+    if validity is None or validity.valid:
         return None
-    why = "; ".join(validity.get("reasons") or []) or "marked invalid"
+    why = "; ".join(validity.reasons) or "marked invalid"
     return f"its measurement is invalid: {why}"
 
 

@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdecode.experiment import records
+from specdecode.experiment import records, spec
 
-MAX_PODS = 16
+MAX_PODS = spec.MAX_LOAD_PODS
 """The most load pods one experiment may ask for (`spec.workload.loadPods`)."""
 
 Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
@@ -112,7 +112,7 @@ def merged_summary(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     validity: dict[str, Any] = {
         "valid": not invalid,
         "reasons": reasons,
-        "invalidPods": invalid,
+        "invalid_pods": invalid,
         "pods": [{"pod": k, **block} for k, block in enumerate(blocks)],
     }
     return {

@@ -17,6 +17,7 @@ import numpy as np
 from specdecode.experiment.comparison import FloatArray, proportion_interval
 from specdecode.experiment.records import RequestRecord
 from specdecode.experiment.spec import (
+    Arm,
     PrimaryMetric,
     Slo,
 )
@@ -24,10 +25,6 @@ from specdecode.experiment.status import (
     ArmSummary,
     Goodput,
 )
-
-CONTROL = "control"
-TREATMENT = "treatment"
-
 
 LATENCY_FIELDS = {"tpot": "tpot_ms", "e2e": "e2e_ms", "ttft": "ttft_ms"}
 
@@ -47,12 +44,14 @@ class Pairs:
         """Index records by arm; warm-up excluded; the last record wins on a duplicate index."""
         control: dict[int, RequestRecord] = {}
         treatment: dict[int, RequestRecord] = {}
+        # the members looked up once: an enum member's lookup costs more than the comparison
+        control_arm, treatment_arm = Arm.CONTROL, Arm.TREATMENT
         for r in records:
             if r.warmup:
                 continue
-            if r.arm == CONTROL:
+            if r.arm == control_arm:
                 control[r.index] = r
-            elif r.arm == TREATMENT:
+            elif r.arm == treatment_arm:
                 treatment[r.index] = r
         return cls(control, treatment)
 

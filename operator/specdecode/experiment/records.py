@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdecode.experiment.spec import Arm
+
 
 class Record(BaseModel):
     """Base: snake_case JSON, tolerant of fields added by newer versions."""
@@ -37,7 +39,7 @@ class RequestRecord(Record):
     """Stage name (`warmup` for warm-up requests)."""
     index: int
     """Position in the stage's prompt sequence; the pair key together with `stage`."""
-    arm: str
+    arm: Arm
     """`control` or `treatment`."""
     warmup: bool = False
     """Warm-up requests are excluded from the analysis."""
@@ -160,5 +162,5 @@ class StageWindow(Record):
     """Monotonic end (last response done)."""
     stopped_early: bool = False
     """Sequential analysis ended it before its request bound."""
-    server: dict[str, ArmServerMetrics] = Field(default_factory=dict)
+    server: dict[Arm, ArmServerMetrics] = Field(default_factory=dict)
     """Per arm (`control`, `treatment`)."""

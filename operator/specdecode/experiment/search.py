@@ -24,12 +24,12 @@ judge it by `judge_probe` and write `status.search` from `progress`, so the two 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from specdecode.experiment import spec, status, verdict
 from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.validity import Validity
 
 BELOW_RANGE = "BelowRange"
 ABOVE_RANGE = "AboveRange"
@@ -163,7 +163,7 @@ def judge_probe(
     records: Sequence[RequestRecord],
     windows: Sequence[StageWindow],
     *,
-    validity: Mapping[str, Any] | None,
+    validity: Validity | None,
     index: int,
 ) -> status.StageResult:
     """Probe `index` (1-based) judged as any stage (`verdict.analyse_stage`) from its load's records."""

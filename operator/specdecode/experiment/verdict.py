@@ -18,16 +18,15 @@ Fail -> Reject; all Pass -> Promote; else Inconclusive. `any`: one Pass -> Promo
 else Inconclusive. Inconclusive is never promoted. No measured request at all, or a run marked
 invalid, is "could not measure": `verdict` None, the caller ends the experiment Failed.
 
-Validity block (from the load generator; assumed shape, tolerant of more keys):
-`{"valid": bool, "reasons": [str], "stages": {name: {"valid": bool, "reasons": [str]}}}`.
+The validity block (`validity.Validity`, from the load generator): a stage is judged on the run's
+and its own `valid` and `reasons`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,12 +50,13 @@ from specdecode.experiment.guardrails import (
     turns,
 )
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
-from specdecode.experiment.pairing import CONTROL, TREATMENT, Pairs, paired_values, summarise_arm
+from specdecode.experiment.pairing import Pairs, paired_values, summarise_arm
 from specdecode.experiment.recommendation import recommend
 from specdecode.experiment.records import RequestRecord, StageWindow
 from specdecode.experiment.spec import (
     AnalysisMode,
     AnalysisSpec,
+    Arm,
     ExperimentSpec,
     PrimaryMetric,
     Stage,
@@ -73,29 +73,9 @@ from specdecode.experiment.status import (
     StageVerdict,
     Verdict,
 )
+from specdecode.experiment.validity import StageValidity, Validity, of_stage
 
 # --------------------------------------------------------------------------------------------- stages
-
-
-@dataclass(frozen=True)
-class StageValidity:
-    """What the validity block says about one stage."""
-
-    valid: bool
-    reasons: list[str] = field(default_factory=list)
-
-
-def stage_validity(validity: Mapping[str, Any] | None, stage: str) -> StageValidity:
-    """The run's and the stage's validity (a missing block or key means valid)."""
-    if not validity:
-        return StageValidity(True)
-    reasons = [str(r) for r in validity.get("reasons") or []]
-    valid = bool(validity.get("valid", True))
-    per_stage = (validity.get("stages") or {}).get(stage) or {}
-    if isinstance(per_stage, Mapping):
-        valid = valid and bool(per_stage.get("valid", True))
-        reasons += [str(r) for r in per_stage.get("reasons") or []]
-    return StageValidity(valid, reasons)
 
 
 def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None:
@@ -114,7 +94,7 @@ def analyse_stage(
     records: Sequence[RequestRecord],
     window: StageWindow | None,
     *,
-    validity: Mapping[str, Any] | None = None,
+    validity: Validity | None = None,
     seed: int = 0,
 ) -> StageResult:
     """Summaries, speed-up, tails, acceptance, guardrails and the verdict of one stage."""
@@ -129,7 +109,7 @@ def analyse_stage(
         stopped_early=bool(window and window.stopped_early),
     )
     result.batch_size = batch_size(stage, list(pairs.treatment.values()))
-    for arm, summary in ((CONTROL, result.control), (TREATMENT, result.treatment)):
+    for arm, summary in ((Arm.CONTROL, result.control), (Arm.TREATMENT, result.treatment)):
         server_of_arm = window.server.get(arm) if window is not None else None
         summary.prefix_cache_hit_rate = server_of_arm.prefix_cache_hit_rate if server_of_arm else None
     metric = a.primary_metric.value
@@ -162,7 +142,7 @@ def analyse_stage(
     result.tails = quantile_speedups(
         b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
     )
-    server = window.server.get(TREATMENT) if window is not None else None
+    server = window.server.get(Arm.TREATMENT) if window is not None else None
     result.acceptance, acc_counts = (
         acceptance_counts(list(pairs.treatment.values()), server, k=spec.speculative.num_speculative_tokens)
         if spec.speculates
@@ -188,7 +168,7 @@ def analyse_stage(
     verdict, code, first = stage_rule(
         StageFacts(
             critical=is_critical(result),
-            validity=stage_validity(validity, stage.name),
+            validity=of_stage(validity, stage.name),
             missing=_missing_arm(pairs),
             control_fails=control_err_low > a.guardrails.max_error_rate,
             surely_breached=any(g.outcome == Outcome.SURELY_BREACHED for g in findings),
@@ -274,7 +254,7 @@ def _missing_arm(pairs: Pairs) -> str | None:
         return None
     if not (pairs.control or pairs.treatment):
         return "no requests"
-    return f"no {CONTROL if not pairs.control else TREATMENT} requests"
+    return f"no {Arm.CONTROL if not pairs.control else Arm.TREATMENT} requests"
 
 
 def _guardrail_line(g: GuardrailResult) -> str:
@@ -403,7 +383,7 @@ def analyse(
     records: Sequence[RequestRecord],
     windows: Sequence[StageWindow],
     *,
-    validity: Mapping[str, Any] | None = None,
+    validity: Validity | None = None,
 ) -> Analysis:
     """The whole verdict from the records and stage windows of one run (warm-up excluded)."""
     measured = [r for r in records if not r.warmup]
@@ -418,11 +398,10 @@ def analyse(
         for s in stages
     )
     message = f"{metric} speed-up " + "; ".join(_fmt_speedup(s) for s in stages)
-    run_valid = stage_validity(validity, "")
     if not measured:
         return Analysis(stages, None, ReasonCode.NO_DATA, "no measured requests", summary, None)
-    if validity and not bool(validity.get("valid", True)):
-        why = "; ".join(run_valid.reasons) or "the load generator marked the run invalid"
+    if validity is not None and not validity.valid:
+        why = "; ".join(validity.reasons) or "the load generator marked the run invalid"
         return Analysis(
             stages, None, ReasonCode.INVALID_MEASUREMENT, f"invalid measurement: {why}", summary, None
         )

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from specdecode.experiment import fairness, spec, status
 from specdecode.experiment.status import ExperimentStatus, Round, Verdict
+from specdecode.experiment.validity import Validity
 
 
 class Action(StrEnum):
@@ -104,7 +105,7 @@ class Judgement:
     crossover: status.CrossoverResult | None = None
     search: status.SearchResult | None = None
     speedup_summary: str | None = None
-    validity: dict[str, object] | None = None
+    validity: Validity | None = None
     environment: status.Environment | None = None
     results_ref: status.ResultsRef | None = None
     next_round: Round | None = None
@@ -128,7 +129,7 @@ class CollectFailure:
     """The stages as measured when the run was measured but cannot be judged (an invalid measurement:
     `run --local` keeps them in result.json and its report); kept in status.stages of the Failed."""
     speedup_summary: str | None = None
-    validity: dict[str, object] | None = None
+    validity: Validity | None = None
 
 
 @dataclass(frozen=True)

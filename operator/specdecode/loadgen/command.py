@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specdecode import exit_status
-from specdecode.experiment import documents, validation
+from specdecode.experiment import documents, spec, validation
 from specdecode.loadgen import http, runner, workload
 from specdecode.loadgen import plan as plan_mod
 
@@ -109,8 +109,8 @@ def main(
             if not api_key:
                 raise ValueError(f"--api-key-env: environment variable {api_key_env} is not set")
         endpoints = {
-            "control": runner.Endpoint(control_url, control_metrics_url, api_key),
-            "treatment": runner.Endpoint(treatment_url, treatment_metrics_url, api_key),
+            spec.Arm.CONTROL: runner.Endpoint(control_url, control_metrics_url, api_key),
+            spec.Arm.TREATMENT: runner.Endpoint(treatment_url, treatment_metrics_url, api_key),
         }
         for ep in endpoints.values():
             http.Origin.parse(ep.url)
@@ -133,9 +133,9 @@ def main(
         result = loop.run(runner.run(plan, endpoints, out, progress=progress, stop_rule=stop_rule))
     measured = [s for s in result.summary["stages"] if not s["warmup"]]
     ok = sum(a["ok"] for s in measured for a in s["arms"].values())
-    validity = result.summary["validity"]
+    validity = result.validity
     if not quiet:
-        state = "valid" if validity["valid"] else "INVALID: " + "; ".join(validity["reasons"])
+        state = "valid" if result.valid else "INVALID: " + "; ".join(validity.reasons if validity else [])
         print(f"wrote {result.records_written} records to {out} ({state})", file=err)
     if ok == 0:
         print("specdecode loadgen: no request succeeded; could not measure", file=err)

@@ -358,9 +358,11 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
     bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
     concurrency = {stage.name: stage.concurrency for stage in s.workload.stages}
 
+    control_arm, treatment_arm = spec_mod.Arm.CONTROL, spec_mod.Arm.TREATMENT
+
     def decided(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
-        control = [r for r in recs if r.arm == "control"]
-        treatment = [r for r in recs if r.arm == "treatment"]
+        control = [r for r in recs if r.arm == control_arm]
+        treatment = [r for r in recs if r.arm == treatment_arm]
         return verdict.stage_decided(
             s.analysis,
             control,

@@ -44,13 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from specdecode.experiment import records
+from specdecode.experiment import records, spec, validity
 from specdecode.loadgen import http, pacer, scrape, sse, summary
 from specdecode.loadgen.plan import Plan, StagePlan, StopRule
 
 log = logging.getLogger(__name__)
 
-ARMS = ("control", "treatment")
 REQUESTS_FILE = "requests.jsonl"
 WINDOWS_FILE = "windows.json"
 SUMMARY_FILE = "loadgen-summary.json"
@@ -89,7 +88,7 @@ class RequestDone:
 
     stage: str
     index: int
-    arm: str
+    arm: spec.Arm
     ok: bool
     error_class: str | None
 
@@ -119,9 +118,15 @@ class RunResult:
     interrupted: bool = False
 
     @property
+    def validity(self) -> validity.Validity | None:
+        """The summary's validity block (None: the run wrote no summary)."""
+        return validity.Validity.of_summary(self.summary)
+
+    @property
     def valid(self) -> bool:
         """The client's own overhead stayed inside its budgets."""
-        return bool(self.summary.get("validity", {}).get("valid", False))
+        block = self.validity
+        return block is not None and block.valid
 
 
 @dataclass
@@ -137,7 +142,7 @@ class _StageState:
     stopped_early: bool = False
     start: float = 0.0
     last_end: float = 0.0
-    kv_max: dict[str, float] = field(default_factory=dict)
+    kv_max: dict[spec.Arm, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,7 +151,7 @@ class _Done:
 
     st: _StageState
     index: int
-    arm: str
+    arm: spec.Arm
     rid: str
     ex: http.Exchange
     intended: float | None
@@ -197,7 +202,7 @@ def looks_reached(looks: Sequence[int], next_look: int, pairs: int) -> int:
     return next_look
 
 
-def pair_order(arms: Sequence[str], index: int) -> Sequence[str]:
+def pair_order(arms: Sequence[spec.Arm], index: int) -> Sequence[spec.Arm]:
     """The order in which request `index` of an open-loop stage is written to the arms: alternating, so
     neither arm's request always leaves first (the second waits for the first's write)."""
     return arms if index % 2 == 0 else arms[::-1]
@@ -218,13 +223,13 @@ class _Run:
     def __init__(
         self,
         plan: Plan,
-        endpoints: Mapping[str, Endpoint],
+        endpoints: Mapping[spec.Arm, Endpoint],
         out_dir: Path,
         stop_rule: StopRule | None,
         progress: Progress | None,
     ) -> None:
         self.plan = plan
-        self.arms = [a for a in ARMS if a in endpoints] + [a for a in endpoints if a not in ARMS]
+        self.arms = [a for a in spec.Arm if a in endpoints]
         self.endpoints = endpoints
         self.out_dir = out_dir
         self.stop_rule = stop_rule
@@ -276,7 +281,9 @@ class _Run:
     def _rel(self, t: float | None) -> float | None:
         return None if t is None else t - self.anchor.monotonic
 
-    def _payload(self, arm: str, stage: str, req_index: int, path: str, body: bytes) -> tuple[str, bytes]:
+    def _payload(
+        self, arm: spec.Arm, stage: str, req_index: int, path: str, body: bytes
+    ) -> tuple[str, bytes]:
         rid = f"{self.plan.salt}-{stage}-{req_index}-{arm}"
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "x-request-id": rid}
         key = self.endpoints[arm].api_key
@@ -288,7 +295,7 @@ class _Run:
         self,
         st: _StageState,
         i: int,
-        arm: str,
+        arm: spec.Arm,
         payload: tuple[str, bytes],
         intended: float | None,
         slot: int | None,
@@ -365,7 +372,7 @@ class _Run:
         self,
         st: _StageState,
         i: int,
-        arm: str,
+        arm: spec.Arm,
         rid: str,
         ex: http.Exchange,
         intended: float | None,
@@ -506,7 +513,11 @@ class _Run:
             await self._send_on_schedule(st, clock, t0, payloads)
 
     async def _send_on_schedule(
-        self, st: _StageState, clock: pacer.Pacer, t0: float, payloads: list[dict[str, tuple[str, bytes]]]
+        self,
+        st: _StageState,
+        clock: pacer.Pacer,
+        t0: float,
+        payloads: list[dict[spec.Arm, tuple[str, bytes]]],
     ) -> None:
         sp = st.plan
         assert sp.offsets is not None
@@ -536,7 +547,7 @@ class _Run:
         # a slot's unit of work: one request, or one session's turns in order
         units = sp.sessions or [[i] for i in range(n)]
 
-        async def worker(arm: str, slot: int) -> None:
+        async def worker(arm: spec.Arm, slot: int) -> None:
             while not st.stop.is_set():
                 await self._turn()
                 u = next_unit[arm]
@@ -583,7 +594,7 @@ class _Run:
         else:
             self._dispatching = False
 
-    async def _snapshot(self, arm: str) -> scrape.Snapshot | None:
+    async def _snapshot(self, arm: spec.Arm) -> scrape.Snapshot | None:
         try:
             resp = await http.get(self.metric_pools[arm], "/metrics", limit_s=10.0)
             if resp.status != 200:
@@ -593,7 +604,7 @@ class _Run:
             log.warning("scraping %s /metrics failed: %s", arm, exc)
             return None
 
-    async def _snapshots(self) -> dict[str, scrape.Snapshot | None]:
+    async def _snapshots(self) -> dict[spec.Arm, scrape.Snapshot | None]:
         snaps = await asyncio.gather(*(self._snapshot(arm) for arm in self.arms))
         return dict(zip(self.arms, snaps, strict=True))
 
@@ -724,13 +735,14 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 async def run(
     plan: Plan,
-    endpoints: Mapping[str, Endpoint],
+    endpoints: Mapping[spec.Arm, Endpoint],
     out_dir: Path,
     *,
     stop_rule: StopRule | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Run every stage of `plan` against the arms in `endpoints` (`control`, `treatment`).
+    """Run every stage of `plan` against the arms in `endpoints` (`control`, `treatment`; the arms'
+    names are read as `spec.Arm`, so a dict keyed by the names serves too).
 
     Writes `requests.jsonl`, `windows.json` and `loadgen-summary.json` under `out_dir`. Request
     failures are recorded, never raised. Cancelling the task keeps what was measured (the files
@@ -738,4 +750,9 @@ async def run(
     """
     if not endpoints:
         raise ValueError("no endpoint to load")
-    return await _Run(plan, endpoints, out_dir, stop_rule, progress).run()
+    known = set(spec.Arm)
+    unknown = [str(a) for a in endpoints if a not in known]
+    if unknown:
+        raise ValueError(f"endpoints: unknown arm(s) {unknown}; the arms are {[a.value for a in spec.Arm]}")
+    arms = {spec.Arm(a): ep for a, ep in endpoints.items()}
+    return await _Run(plan, arms, out_dir, stop_rule, progress).run()

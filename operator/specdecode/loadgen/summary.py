@@ -20,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from specdecode.experiment import pairing, records
+from specdecode.experiment import pairing, records, spec, validity
 
 if TYPE_CHECKING:
     from specdecode.loadgen.plan import Plan
@@ -155,21 +155,21 @@ def arm_summary(
         "acceptance_length_proxy": dist(proxies),
         "token_source_chunks": sum(1 for r in ok if r.token_source != "usage"),
     }
-    spec = [r.spec_decode for r in ok if r.spec_decode]
-    if spec:
+    decoded = [r.spec_decode for r in ok if r.spec_decode]
+    if decoded:
         out["spec_decode"] = {
-            "requests": len(spec),
+            "requests": len(decoded),
             "mean_acceptance_length": dist(
                 [
                     float(s["mean_acceptance_length"])
-                    for s in spec
+                    for s in decoded
                     if isinstance(s.get("mean_acceptance_length"), int | float)
                 ]
             ),
             "draft_acceptance_rate": dist(
                 [
                     float(s["draft_acceptance_rate"])
-                    for s in spec
+                    for s in decoded
                     if isinstance(s.get("draft_acceptance_rate"), int | float)
                 ]
             ),
@@ -192,13 +192,14 @@ def build(
     loop_lags_ms: Sequence[float],
     cpu_percent: float,
     interrupted: bool,
-    connections: dict[str, int],
+    connections: Mapping[spec.Arm, int],
     stamps: str = "loop",
 ) -> dict[str, Any]:
     """The `loadgen-summary.json` document."""
     stages: list[dict[str, Any]] = []
-    control = {(r.stage, r.index): r for r in recs if r.arm == "control"}
-    arms = sorted({r.arm for r in recs}, key=lambda a: (a != "control", a))
+    control_arm = spec.Arm.CONTROL
+    control = {(r.stage, r.index): r for r in recs if r.arm == control_arm}
+    arms = [arm for arm in spec.Arm if any(r.arm == arm for r in recs)]
     plans = {sp.name: sp for sp in plan.stages}
     for w in windows:
         stage_recs = [r for r in recs if r.stage == w.stage]
@@ -213,7 +214,7 @@ def build(
             "stopped_early": w.stopped_early,
             "arms": {
                 arm: arm_summary(
-                    [r for r in stage_recs if r.arm == arm], control if arm != "control" else None
+                    [r for r in stage_recs if r.arm == arm], control if arm != spec.Arm.CONTROL else None
                 )
                 for arm in arms
             },
@@ -221,25 +222,6 @@ def build(
         if w.server:
             entry["server"] = {arm: m.model_dump() for arm, m in w.server.items()}
         stages.append(entry)
-    measured = [r for r in recs if not r.warmup]
-    lags = [r.schedule_lag_ms for r in measured if r.schedule_lag_ms is not None]
-    ttfts = [r.ttft_ms for r in measured if r.ttft_ms is not None]
-    b = plan.budgets
-    ttft_p50 = quantile(ttfts, 0.5)
-    lag_budget = max(b.schedule_lag_p99_ms, b.schedule_lag_ttft_fraction * ttft_p50 if ttft_p50 else 0.0)
-    lag_p99 = quantile(lags, 0.99)
-    loop_p99 = quantile(loop_lags_ms, 0.99)
-    reasons: list[str] = []
-    if lag_p99 is not None and lag_p99 > lag_budget:
-        reasons.append(f"schedule lag p99 {lag_p99:.2f} ms > budget {lag_budget:.2f} ms")
-    # A late event loop delays the stamps only when the loop takes them; with kernel receive
-    # stamps it delays sends, which open loop counts as schedule lag and closed loop as a later send.
-    if stamps == "loop" and loop_p99 is not None and loop_p99 > b.loop_lag_p99_ms:
-        reasons.append(f"event-loop lag p99 {loop_p99:.2f} ms > budget {b.loop_lag_p99_ms:.2f} ms")
-    if cpu_percent > b.cpu_percent:
-        reasons.append(f"client CPU {cpu_percent:.0f}% > budget {b.cpu_percent:.0f}%")
-    if interrupted:
-        reasons.append("the run was interrupted")
     return {
         "anchor": anchor.model_dump(),
         "plan": {
@@ -259,17 +241,58 @@ def build(
         },
         "interrupted": interrupted,
         "stages": stages,
-        "validity": {
-            "valid": not reasons,
-            "reasons": reasons,
-            "schedule_lag_ms": dist(lags),
-            "schedule_lag_budget_ms": lag_budget,
-            "loop_lag_ms": dist(list(loop_lags_ms)),
-            "loop_lag_budget_ms": b.loop_lag_p99_ms,
-            "client_cpu_percent": cpu_percent,
-            "client_cpu_budget_percent": b.cpu_percent,
-            "connections_opened": connections,
-            "stamps": stamps,
-        },
+        "validity": judge(
+            plan,
+            recs,
+            loop_lags_ms=loop_lags_ms,
+            cpu_percent=cpu_percent,
+            interrupted=interrupted,
+            connections=connections,
+            stamps=stamps,
+        ).wire(),
         "definitions": DEFINITIONS,
     }
+
+
+def judge(
+    plan: Plan,
+    recs: Sequence[records.RequestRecord],
+    *,
+    loop_lags_ms: Sequence[float],
+    cpu_percent: float,
+    interrupted: bool,
+    connections: Mapping[spec.Arm, int],
+    stamps: str = "loop",
+) -> validity.Validity:
+    """The run's validity block: the client's own overhead against the plan's budgets."""
+    measured = [r for r in recs if not r.warmup]
+    lags = [r.schedule_lag_ms for r in measured if r.schedule_lag_ms is not None]
+    ttfts = [r.ttft_ms for r in measured if r.ttft_ms is not None]
+    b = plan.budgets
+    ttft_p50 = quantile(ttfts, 0.5)
+    lag_budget = max(b.schedule_lag_p99_ms, b.schedule_lag_ttft_fraction * ttft_p50 if ttft_p50 else 0.0)
+    lag_p99 = quantile(lags, 0.99)
+    loop_p99 = quantile(loop_lags_ms, 0.99)
+    reasons: list[str] = []
+    if lag_p99 is not None and lag_p99 > lag_budget:
+        reasons.append(f"schedule lag p99 {lag_p99:.2f} ms > budget {lag_budget:.2f} ms")
+    # A late event loop delays the stamps only when the loop takes them; with kernel receive
+    # stamps it delays sends, which open loop counts as schedule lag and closed loop as a later send.
+    if stamps == "loop" and loop_p99 is not None and loop_p99 > b.loop_lag_p99_ms:
+        reasons.append(f"event-loop lag p99 {loop_p99:.2f} ms > budget {b.loop_lag_p99_ms:.2f} ms")
+    if cpu_percent > b.cpu_percent:
+        reasons.append(f"client CPU {cpu_percent:.0f}% > budget {b.cpu_percent:.0f}%")
+    if interrupted:
+        reasons.append(validity.INTERRUPTED)
+    return validity.Validity(
+        valid=not reasons,
+        reasons=reasons,
+        schedule_lag_ms=validity.Distribution.model_validate(dist(lags)),
+        schedule_lag_budget_ms=lag_budget,
+        loop_lag_ms=validity.Distribution.model_validate(dist(list(loop_lags_ms))),
+        loop_lag_budget_ms=b.loop_lag_p99_ms,
+        client_cpu_percent=cpu_percent,
+        client_cpu_budget_percent=b.cpu_percent,
+        connections_opened=dict(connections),
+        stamps=stamps,
+    )

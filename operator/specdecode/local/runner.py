@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -68,6 +67,7 @@ from specdecode.experiment import (
     speculative_rules,
     status,
     validation,
+    validity,
     verdict,
 )
 from specdecode.experiment.status import ExperimentStatus, Phase
@@ -210,7 +210,7 @@ class _Run:
         self.out = options.out
         self.records: list[records.RequestRecord] = []
         self.windows: list[records.StageWindow] = []
-        self.validity: dict[str, Any] | None = None
+        self.validity: validity.Validity | None = None
         self.loads: dict[spec.Arm, runner.RunResult] = {}
         """One GPU: each arm's own load (its windows and clock anchor)."""
         self.release: releases.Release | None = None
@@ -219,7 +219,7 @@ class _Run:
         """What was measured and where (the arms' hosts), once the arms serve."""
         self.gpus: dict[spec.Arm, str] = {}
         """Side by side on GPUs: each arm's GPUs (its placement, which the crossover swaps)."""
-        self.finished: dict[str, set[str]] = {}
+        self.finished: dict[spec.Arm, set[str]] = {}
         """Per arm: the stages its load finished (an interruption keeps those both arms finished)."""
         self.arms: engines.Engines | None = None
         self.in_turn = False
@@ -353,7 +353,7 @@ class _Run:
         if self.in_turn:
             self._load_one_after_the_other(arms)
             return
-        endpoints = {arm.value: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
+        endpoints = {arm: runner.Endpoint(state.url) for arm, state in arms.arms.items()}
         self._load(arms, endpoints)
 
     def _gpus_per_arm(self) -> int:
@@ -403,9 +403,7 @@ class _Run:
             self.view.message(f"started the {arm.value} arm: {' '.join(started.argv)}")
             arms.wait_healthy(self.spec.deadlines.deploy_seconds, [arm])
             self._record_hosts(arms, {arm: gpus})
-            self.loads[arm] = self._load(
-                arms, {arm.value: runner.Endpoint(started.url)}, suffix=f"-{arm.value}"
-            )
+            self.loads[arm] = self._load(arms, {arm: runner.Endpoint(started.url)}, suffix=f"-{arm.value}")
             # DIR/windows.json after each arm, so that a failure of the treatment keeps the control's
             control, treatment = self.loads[spec.Arm.CONTROL], self.loads.get(spec.Arm.TREATMENT)
             self.windows = _merged_windows(control.windows, treatment.windows if treatment else [])
@@ -415,12 +413,12 @@ class _Run:
                 raise engines.EngineError(
                     f"the {arm.value} arm's processes {left} survived SIGKILL; the GPU may still be in use"
                 )
-        self.validity = _merged_validity(
-            *(self.loads[arm].summary.get("validity") for arm in (spec.Arm.CONTROL, spec.Arm.TREATMENT))
+        self.validity = validity.merged(
+            *(self.loads[arm].validity for arm in (spec.Arm.CONTROL, spec.Arm.TREATMENT))
         )
 
     def _load(
-        self, arms: engines.Engines, endpoints: dict[str, runner.Endpoint], suffix: str = ""
+        self, arms: engines.Engines, endpoints: dict[spec.Arm, runner.Endpoint], suffix: str = ""
     ) -> runner.RunResult:
         out = self.out if not suffix else self.out / f"load{suffix}"
         # One GPU: the treatment's sequential looks pair it with the control measured before it.
@@ -434,14 +432,14 @@ class _Run:
                 with exit_status.writing_results(self.out), (self.out / "requests.jsonl").open("a") as sink:
                     sink.write((out / "requests.jsonl").read_text())
         self.windows.extend(result.windows)
-        self.validity = result.summary.get("validity")
+        self.validity = result.validity
         self._check_errors_only(endpoints)
         return result
 
     def _run_round(
         self,
         round_spec: spec.ExperimentSpec,
-        endpoints: dict[str, runner.Endpoint],
+        endpoints: dict[spec.Arm, runner.Endpoint],
         out: Path,
         arms: engines.Engines,
         decided: Callable[[str, Sequence[records.RequestRecord]], bool],
@@ -464,7 +462,7 @@ class _Run:
     async def _watched(
         self,
         plan: plan_mod.Plan,
-        endpoints: dict[str, runner.Endpoint],
+        endpoints: dict[spec.Arm, runner.Endpoint],
         out: Path,
         arms: engines.Engines,
         stop_rule: Callable[[str, Sequence[records.RequestRecord]], bool],
@@ -528,7 +526,7 @@ class _Run:
 
         return decided
 
-    def _check_errors_only(self, endpoints: dict[str, runner.Endpoint]) -> None:
+    def _check_errors_only(self, endpoints: dict[spec.Arm, runner.Endpoint]) -> None:
         for arm in endpoints:
             mine = [r for r in self.records if r.arm == arm and not r.warmup]
             if mine and not any(r.ok for r in mine):
@@ -607,10 +605,9 @@ class _Run:
             if stage is None or round_.load is None or round_.outcome == rounds.FAILED:
                 return search.failed(wanted, judged, round_.name, round_.message or "failed"), None
             recs, result = self.measured[round_.name]
-            validity = result.summary.get("validity")
             index = round_.probe or len(judged) + 1
             outcome = search.judge_probe(
-                self.spec, stage, recs, result.windows, validity=validity, index=index
+                self.spec, stage, recs, result.windows, validity=result.validity, index=index
             )
             judged.append((round_.load, outcome))
             if round_.name not in self.shown:
@@ -669,12 +666,11 @@ class _Run:
             return (*crossover.apply(self.spec, analysis, [], [first], failure=failure), None)
         placements = [first, self.swapped]
         recs, result = self.measured[round_.name]
-        validity = result.summary.get("validity")
-        invalid = crossover.invalid(validity)
+        invalid = crossover.invalid(result.validity)
         if invalid is not None:
             return (*crossover.apply(self.spec, analysis, [], placements, failure=invalid), None)
         swapped_spec = crossover.swapped_spec(self.spec)
-        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=validity).stages
+        stages = verdict.analyse(swapped_spec, recs, result.windows, validity=result.validity).stages
         return (*crossover.apply(self.spec, analysis, stages, placements), None)
 
     def _confirmed(
@@ -701,15 +697,15 @@ class _Run:
             how = f"was {self.interruption}" if self.interruption else f"failed: {round_.message}"
             return confirm.not_run(rec, confirm.Reason.ROUND_FAILED), None, f"the confirmation round {how}"
         found, result = self.measured[round_.name]
-        windows, validity = result.windows, result.summary.get("validity")
+        windows, block = result.windows, result.validity
         if self.loads:
             control = self.loads[spec.Arm.CONTROL]
-            found = [r for r in self.records if r.arm == spec.Arm.CONTROL.value] + found
+            found = [r for r in self.records if r.arm == spec.Arm.CONTROL] + found
             windows = _merged_windows(control.windows, result.windows)
-            validity = _merged_validity(control.summary.get("validity"), validity)
+            block = validity.merged(control.validity, block)
         planned = confirm.plan(self.spec, analysis.stages, round_.schedule)
         second = rounds.arm_spec(self.spec, round_)
-        judged = confirm.judge(second, planned, found, windows, validity=validity)
+        judged = confirm.judge(second, planned, found, windows, validity=block)
         folded = confirm.fold(rec or status.Recommendation(), judged)
         self.view.message(confirm.summary(folded))
         return folded, None, None
@@ -762,7 +758,7 @@ class _Run:
         """The round's load, kept by its name for the judging: a probe's one paired stage (with the
         stages' sequential stopping) into DIR/load-<probe>/; the crossover's swapped round into
         DIR/crossover/ and the confirmation's into DIR/confirmation/, both without early stop."""
-        endpoints = {arm.value: runner.Endpoint(s.url) for arm, s in arms.arms.items() if not s.stopped}
+        endpoints = {arm: runner.Endpoint(s.url) for arm, s in arms.arms.items() if not s.stopped}
         stage = rounds.probe_stage(self.spec, round_)
         if stage is not None:
             self.view.message(rounds.describe(self.spec, round_))
@@ -853,15 +849,15 @@ class _Run:
         names = [s.name for s in self.spec.workload.stages]
         done = set(names)
         for arm in spec.Arm:
-            done &= self.finished.get(arm.value, set())
+            done &= self.finished.get(arm, set())
         if not done:
             return self.failed(
                 "Interrupted", f"{how} before any stage finished; the requests so far are kept"
             )
         if not self.records:
             self.records = _read_records(self.out)
-        windows, validity = self._windows_so_far()
-        analysis = verdict.analyse(self.spec, self.records, windows, validity=validity)
+        windows, block = self._windows_so_far()
+        analysis = verdict.analyse(self.spec, self.records, windows, validity=block)
         kept = [s for s in analysis.stages if s.name in done]
         self.windows = [w for w in windows if w.stage in done]
         self.current = self.current.model_copy(update={"stages": kept})
@@ -871,31 +867,30 @@ class _Run:
             f"({', '.join(s.name for s in kept)}) are kept in result.json and the report",
         )
 
-    def _windows_so_far(self) -> tuple[list[records.StageWindow], dict[str, Any] | None]:
+    def _windows_so_far(self) -> tuple[list[records.StageWindow], validity.Validity | None]:
         """The windows.json and validity the interrupted load(s) left in DIR (one GPU: each arm's, merged);
         the interruption itself does not invalidate the stages finished before it."""
 
-        def load(directory: Path) -> tuple[list[records.StageWindow], dict[str, Any] | None]:
+        def load(directory: Path) -> tuple[list[records.StageWindow], validity.Validity | None]:
             try:
                 doc = json.loads((directory / runner.WINDOWS_FILE).read_text())
                 windows = [records.StageWindow.model_validate(w) for w in doc["windows"]]
             except (OSError, ValueError, KeyError, TypeError):
                 return [], None
             try:
-                validity = json.loads((directory / runner.SUMMARY_FILE).read_text()).get("validity")
+                block = validity.Validity.of_summary(
+                    json.loads((directory / runner.SUMMARY_FILE).read_text())
+                )
             except (OSError, ValueError, AttributeError):
                 return windows, None
-            if isinstance(validity, dict):
-                reasons = [r for r in validity.get("reasons") or [] if r != "the run was interrupted"]
-                validity = {**validity, "reasons": reasons, "valid": not reasons}
-            return windows, validity
+            return windows, block.forgiving(validity.INTERRUPTED) if block is not None else None
 
         if not self.loads and not (self.out / "load-control").exists():
             return load(self.out)
         (control, control_validity), (treatment, treatment_validity) = (
             load(self.out / f"load-{arm.value}") for arm in spec.Arm
         )
-        return _merged_windows(control, treatment), _merged_validity(control_validity, treatment_validity)
+        return _merged_windows(control, treatment), validity.merged(control_validity, treatment_validity)
 
     def _write(self, final: ExperimentStatus) -> ExperimentStatus:
         """result.json and the report of `final`, the status the core decided (or one changed after
@@ -993,25 +988,14 @@ def _merged_windows(
     merged = []
     for mine in control:
         other = theirs.get(mine.stage)
-        server = {k: v for k, v in mine.server.items() if k == spec.Arm.CONTROL.value}
+        server: dict[spec.Arm, records.ArmServerMetrics] = {
+            k: v for k, v in mine.server.items() if k == spec.Arm.CONTROL
+        }
         if other is not None:
-            server.update({k: v for k, v in other.server.items() if k == spec.Arm.TREATMENT.value})
+            server.update({k: v for k, v in other.server.items() if k == spec.Arm.TREATMENT})
         stopped = mine.stopped_early or (other is not None and other.stopped_early)
         merged.append(mine.model_copy(update={"server": server, "stopped_early": stopped}))
     return merged
-
-
-def _merged_validity(control: Any, treatment: Any) -> dict[str, Any]:
-    """One GPU: valid when both loads were; each arm's block kept under `arms`; `simultaneous` false."""
-    blocks = {arm.value: block for arm, block in zip(spec.Arm, (control, treatment), strict=True)}
-    reasons = [
-        f"{arm}: {reason}"
-        for arm, block in blocks.items()
-        if isinstance(block, dict)
-        for reason in block.get("reasons") or []
-    ]
-    valid = all(bool(b.get("valid", True)) for b in blocks.values() if isinstance(b, dict))
-    return {"valid": valid, "reasons": reasons, "simultaneous": False, "arms": blocks}
 
 
 class _Reachability:
@@ -1024,9 +1008,9 @@ class _Reachability:
 
     def __init__(self, progress: runner.Progress) -> None:
         self.progress = progress
-        self.outcomes: dict[str, list[bool]] = {}
+        self.outcomes: dict[spec.Arm, list[bool]] = {}
         """Per arm: whether each of its first requests failed to connect."""
-        self.unreachable: str | None = None
+        self.unreachable: spec.Arm | None = None
         self.stop: Callable[[], object] = lambda: None
         """Stops the load (set once it runs)."""
 

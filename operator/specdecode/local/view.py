@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specdecode.experiment import records
+from specdecode.experiment import records, spec
 from specdecode.loadgen import runner
 from specdecode.report import terminal
 
@@ -25,8 +25,8 @@ class StageTally:
 
     requests: int = 0
     load: str = ""
-    done: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    failed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    done: dict[spec.Arm, int] = field(default_factory=lambda: defaultdict(int))
+    failed: dict[spec.Arm, int] = field(default_factory=lambda: defaultdict(int))
     stopped_early: bool = False
     warmup: bool = False
 
@@ -58,11 +58,13 @@ class View:
 
     def note_speedup(self, stage: str, recs: list[records.RequestRecord]) -> None:
         """The running TPOT speed-up (geometric mean of paired ratios) of a stage."""
-        by_index: dict[int, dict[str, float]] = defaultdict(dict)
+        by_index: dict[int, dict[spec.Arm, float]] = defaultdict(dict)
         for rec in recs:
             if rec.ok and rec.tpot_ms:
                 by_index[rec.index][rec.arm] = rec.tpot_ms
-        logs = [math.log(p["control"] / p["treatment"]) for p in by_index.values() if len(p) == 2]
+        logs = [
+            math.log(p[spec.Arm.CONTROL] / p[spec.Arm.TREATMENT]) for p in by_index.values() if len(p) == 2
+        ]
         if logs:
             self.speedups[stage] = math.exp(sum(logs) / len(logs))
 
@@ -137,7 +139,7 @@ class LiveView(View):
             TimeElapsedColumn(),
             console=self.console,
         )
-        self.tasks: dict[tuple[str, str], TaskID] = {}
+        self.tasks: dict[tuple[str, spec.Arm], TaskID] = {}
         self.live = Live(
             Group(self.progress, Table()), console=self.console, refresh_per_second=4, transient=False
         )
@@ -167,7 +169,7 @@ class LiveView(View):
                 )
             self.progress.advance(task)
         elif isinstance(event, runner.StageFinished):
-            for arm in ("control", "treatment"):
+            for arm in spec.Arm:
                 task = self.tasks.get((event.stage, arm))
                 if task is not None:
                     done = self.stages[event.stage].done[arm]
@@ -192,7 +194,7 @@ class LiveView(View):
                 tally.load,
                 *(
                     f"{tally.done[arm]}/{tally.failed.get(arm, 0)}" if arm in tally.done else "–"
-                    for arm in ("control", "treatment")
+                    for arm in spec.Arm
                 ),
                 f"{speedup:.2f}x" if speedup else "-",
             )

@@ -246,11 +246,8 @@ def render_html(
     for stage in status.stages:
         body.append(stage_section(stage, records))
     body.append("<h2>Validity</h2>")
-    body.append(
-        facts_table(status.validity)
-        if status.validity
-        else "<p class=muted>no validity block was recorded</p>"
-    )
+    validity = status.validity.wire() if status.validity is not None else {}
+    body.append(facts_table(validity) if validity else "<p class=muted>no validity block was recorded</p>")
     if windows:
         body.append(
             "<table><tr><th class=l>stage</th><th>window s</th><th class=l>stopped early</th></tr>"

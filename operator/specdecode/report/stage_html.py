@@ -8,6 +8,7 @@ from html import escape
 
 from specdecode.experiment import breakeven, telemetry
 from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.spec import Arm
 from specdecode.experiment.status import (
     ArmSummary,
     GuardrailResult,
@@ -55,7 +56,7 @@ def _arm_table(stage: StageResult) -> str:
         + ("<th>prefix-cache hits</th>" if hits else "")
         + "</tr>"
     )
-    for name, arm in (("control", stage.control), ("treatment", stage.treatment)):
+    for name, arm in ((Arm.CONTROL, stage.control), (Arm.TREATMENT, stage.treatment)):
         cells = [
             num(getattr(arm, f"{m}_{q}")) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99")
         ]
@@ -149,14 +150,14 @@ def _around(text: str, at: int) -> str:
 
 def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     """Where the treatment's greedy output first differs from the control's, for a few pairs."""
-    arms: dict[str, dict[int, RequestRecord]] = {"control": {}, "treatment": {}}
+    arms: dict[Arm, dict[int, RequestRecord]] = {arm: {} for arm in Arm}
     for r in records:
         if r.stage == stage.name and not r.warmup and r.ok and r.arm in arms:
             arms[r.arm][r.index] = r
     rows: list[str] = []
     count = 0
-    for i in sorted(arms["control"].keys() & arms["treatment"].keys()):
-        c, t = arms["control"][i], arms["treatment"][i]
+    for i in sorted(arms[Arm.CONTROL].keys() & arms[Arm.TREATMENT].keys()):
+        c, t = arms[Arm.CONTROL][i], arms[Arm.TREATMENT][i]
         ck, tk = c.text_hash or c.text, t.text_hash or t.text
         if ck is None or tk is None or ck == tk:
             continue
@@ -259,9 +260,9 @@ def stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     mine = [r for r in records if r.stage == stage.name and not r.warmup and r.ok]
     plots = []
     for metric, attr in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")):
-        series = {
+        series: dict[str, list[float]] = {
             arm: [getattr(r, attr) for r in mine if r.arm == arm and getattr(r, attr) is not None]
-            for arm in ("control", "treatment")
+            for arm in Arm
         }
         plots.append(svg.cdf(f"{metric} at {stage.name}", series, xlabel=f"{metric} ms"))
     if acc is not None and acc.per_position:
@@ -289,7 +290,7 @@ def _gpu_table(stage: StageResult) -> str:
             for key in ("utilization_mean", "memory_used_mean_mib", "memory_used_max_mib", "power_mean_watts")
         )
         + "</tr>"
-        for arm, g in (("control", gpu.control), ("treatment", gpu.treatment))
+        for arm, g in ((Arm.CONTROL, gpu.control), (Arm.TREATMENT, gpu.treatment))
     )
     return (
         f"<table><caption>GPU per arm ({escape(gpu.source)}, per GPU)</caption><tr><th class=l>arm</th>"

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from specdecode.experiment.spec import Arm
+
 WIDTH = 420
 HEIGHT = 240
 MARGIN_LEFT = 52
@@ -22,7 +24,7 @@ LEGEND_Y = 31
 """The legend row: between the title and the plot area."""
 FONT_SIZE = 11
 MARGIN_BOTTOM = 38
-COLOURS = {"control": "#5b6b7f", "treatment": "#d9480f"}
+COLOURS: dict[str, str] = {Arm.CONTROL: "#5b6b7f", Arm.TREATMENT: "#d9480f"}
 PALETTE = ("#5b6b7f", "#d9480f", "#2b8a3e", "#1c7ed6", "#ae3ec9", "#f08c00")
 
 

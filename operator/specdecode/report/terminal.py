@@ -25,6 +25,7 @@ from specdecode.experiment import (
     kvcache,
     placement,
     search,
+    spec,
     telemetry,
 )
 from specdecode.experiment.status import (
@@ -200,7 +201,7 @@ def render_terminal(
     if env is not None and env.arms is not None:
         where = {
             arm: host.node
-            for arm, host in (("control", env.arms.control), ("treatment", env.arms.treatment))
+            for arm, host in ((spec.Arm.CONTROL, env.arms.control), (spec.Arm.TREATMENT, env.arms.treatment))
             if host is not None and host.node
         }
         if where:

@@ -236,12 +236,12 @@ def with_prometheus(
                 speculative=arm is spec.Arm.TREATMENT,
                 pod_label=names.pod,
             )
-            direct = window.server.get(arm.value)
+            direct = window.server.get(arm)
             if direct is not None:
                 metrics = metrics.model_copy(
                     update={"extra": {**metrics.extra, "direct": direct.model_dump()}}
                 )
-            server[arm.value] = metrics
+            server[arm] = metrics
         updated.append(window.model_copy(update={"server": server}))
     return updated
 

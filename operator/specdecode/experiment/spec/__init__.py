@@ -52,6 +52,7 @@ from specdecode.experiment.spec.engine import (
     Toleration,
 )
 from specdecode.experiment.spec.workload import (
+    MAX_LOAD_PODS,
     Arrival,
     BuiltinDataset,
     ConfigMapKeyRef,
@@ -71,6 +72,7 @@ from specdecode.experiment.spec.workload import (
 
 __all__ = [
     "DNS_SUBDOMAIN",
+    "MAX_LOAD_PODS",
     "MAX_NAME_LENGTH",
     "MODEL_CACHE_MOUNT",
     "AnalysisMode",

@@ -7,10 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from specdecode.experiment import loadpods, sweep
+from specdecode.experiment import sweep
 from specdecode.experiment.spec.base import Model, cel, cel_extra
 
 # ------------------------------------------------------------------------------------------- workload
+
+
+#: the most load pods one experiment may ask for (`workload.loadPods`; `loadpods.py` shards among them)
+MAX_LOAD_PODS = 16
 
 
 class ConfigMapKeyRef(Model):
@@ -405,7 +409,7 @@ class WorkloadSpec(Model):
     many requests (real vLLM pays a one-time cost at a new batch size)."""
     request_timeout_seconds: float = Field(default=600, gt=0, le=86_400)
     """A request that takes longer counts as an error (class `timeout`)."""
-    load_pods: int = Field(default=1, ge=1, le=loadpods.MAX_PODS)
+    load_pods: int = Field(default=1, ge=1, le=MAX_LOAD_PODS)
     """Load pods (the operator's load Job): request i of every stage goes from pod i mod loadPods to
     both arms, so the pods together send the one paired schedule at rates one pod's core cannot hold
     (a closed-loop stage's concurrency is shared out among them); their results are merged before

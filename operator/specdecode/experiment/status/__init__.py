@@ -14,8 +14,6 @@ whole `ExperimentStatus`, and re-exports every model.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from specdecode.experiment.status.base import Phase, ReasonCode, StageVerdict, StatusModel, Verdict
@@ -42,6 +40,7 @@ from specdecode.experiment.status.stage import (
     StagePlacement,
     StageResult,
 )
+from specdecode.experiment.validity import Validity
 
 __all__ = [
     "Acceptance",
@@ -106,6 +105,8 @@ class ConfirmationStage(StatusModel):
     """Pass, Fail or Inconclusive against `threshold` (guardrails as in the first round)."""
     reasons: list[str] = Field(default_factory=list)
     """Why: one short line per finding."""
+    code: ReasonCode | None = None
+    """The machine reason of `verdict`, as a stage's `code`."""
 
 
 class LengthRecommendation(StatusModel):
@@ -317,7 +318,7 @@ class ExperimentStatus(StatusModel):
     """Where speculation stops paying."""
     noise_floor: NoiseFloor | None = None
     """The A/A result (only with `analysis.mode: NoiseFloor`)."""
-    validity: dict[str, Any] | None = Field(
+    validity: Validity | None = Field(
         default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
     """The load generator's own health (schedule lag, loop lag, client CPU; each load pod's in `pods`)."""
