@@ -225,7 +225,7 @@ class ReportNameTaken(Exception):
 async def store_report(
     kube: Kube,
     judged: status.ExperimentStatus,
-    recs: list[records.RequestRecord],
+    recs: list[records.Request],
     windows: list[records.StageWindow],
     experiment: spec.ExperimentSpec,
     metadata: Mapping[str, Any],
@@ -267,11 +267,11 @@ async def read_results(
     *,
     job_uid: str | None,
     round_name: str | None = None,
-) -> tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
+) -> tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], dict[str, Any]]:
     """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
     parsed off the event loop; raises `results.ResultsError` (a ValueError of parsing becomes
     `ResultsCorrupt`)."""
-    files = await results.download(
+    bundle = await results.download(
         kube,
         namespace=str(metadata["namespace"]),
         experiment=str(metadata["name"]),
@@ -281,12 +281,12 @@ async def read_results(
         round_name=round_name,
     )
     try:
-        return await in_analysis_lane(results.parse, files)
+        return await in_analysis_lane(results.parse, bundle)
     except ValueError as exc:
         raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
-Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
+Measured = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
 
 
 async def measured(

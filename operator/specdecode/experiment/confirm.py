@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from specdecode.experiment import validation, verdict
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ConfirmationStage, Recommendation, StageResult, StageVerdict
 
@@ -101,7 +101,7 @@ def judged_spec(spec: ExperimentSpec, planned: Planned) -> ExperimentSpec:
 def judge(
     spec: ExperimentSpec,
     planned: Sequence[Planned],
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Mapping[str, Any] | None = None,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdecode.experiment import spec, status, verdict
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 
 BELOW_RANGE = "BelowRange"
 ABOVE_RANGE = "AboveRange"
@@ -160,7 +160,7 @@ def probe_spec(s: spec.ExperimentSpec, stage: spec.Stage) -> spec.ExperimentSpec
 def judge_probe(
     s: spec.ExperimentSpec,
     stage: spec.Stage,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Mapping[str, Any] | None,

@@ -1,6 +1,6 @@
 """The verdict: each stage judged from its pairs, the overall rule, the analysis written to status.
 
-Pure: numpy/scipy on `RequestRecord`s and `StageWindow`s (records.py) in, status models (status.py) out.
+Pure: numpy/scipy on `Request`s and `StageWindow`s (records.py) in, status models (status.py) out.
 Owns `status.stages`, `verdict`, `reason`, `message`, `speedupSummary` and `recommendation`.
 
 The verdict's jobs, one module each: the paired comparisons and their intervals (`comparison.py`),
@@ -53,7 +53,7 @@ from specdecode.experiment.guardrails import (
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
 from specdecode.experiment.pairing import CONTROL, TREATMENT, Pairs, paired_values, summarise_arm
 from specdecode.experiment.recommendation import recommend
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import (
     AnalysisMode,
     AnalysisSpec,
@@ -98,7 +98,7 @@ def stage_validity(validity: Mapping[str, Any] | None, stage: str) -> StageValid
     return StageValidity(valid, reasons)
 
 
-def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None:
+def batch_size(stage: Stage, treatment: Sequence[Request]) -> float | None:
     """Running requests in the treatment: concurrency, or rate × mean E2E (Little's law)."""
     if stage.concurrency is not None:
         return float(stage.concurrency)
@@ -111,7 +111,7 @@ def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None
 def analyse_stage(
     spec: ExperimentSpec,
     stage: Stage,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     window: StageWindow | None,
     *,
     validity: Mapping[str, Any] | None = None,
@@ -400,7 +400,7 @@ def _unjudged(stage: StageResult) -> StageResult:
 
 def analyse(
     spec: ExperimentSpec,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Mapping[str, Any] | None = None,
@@ -462,8 +462,8 @@ def analyse(
 
 def stage_look(
     analysis: AnalysisSpec,
-    control: Sequence[RequestRecord],
-    treatment: Sequence[RequestRecord],
+    control: Sequence[Request],
+    treatment: Sequence[Request],
     *,
     max_pairs: int,
     concurrency: int | None = None,
@@ -484,8 +484,8 @@ def stage_look(
 
 def stage_decided(
     analysis: AnalysisSpec,
-    control: Sequence[RequestRecord],
-    treatment: Sequence[RequestRecord],
+    control: Sequence[Request],
+    treatment: Sequence[Request],
     *,
     max_pairs: int,
     concurrency: int | None = None,

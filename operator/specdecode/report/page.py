@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from html import escape
 
 from specdecode.experiment import breakeven, confirm, kvcache, placement, search, telemetry
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
     ArmSummary,
@@ -209,9 +209,9 @@ def _around(text: str, at: int) -> str:
     return f"{head}<b>{escape(tail)}</b>" + ("…" if at + _AFTER < len(text) else "")
 
 
-def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+def _mismatches(stage: StageResult, records: Sequence[Request]) -> str:
     """Where the treatment's greedy output first differs from the control's, for a few pairs."""
-    arms: dict[str, dict[int, RequestRecord]] = {"control": {}, "treatment": {}}
+    arms: dict[str, dict[int, Request]] = {"control": {}, "treatment": {}}
     for r in records:
         if r.stage == stage.name and not r.warmup and r.ok and r.arm in arms:
             arms[r.arm][r.index] = r
@@ -245,7 +245,7 @@ def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     )
 
 
-def _stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+def _stage_section(stage: StageResult, records: Sequence[Request]) -> str:
     sp = stage.speedup
     out = [
         f"<h3>{escape(stage.name)} <span class=muted>({escape(stage.load or '')})</span> {_badge(stage.verdict)}</h3>"
@@ -480,7 +480,7 @@ def _fact(value: object) -> str:
 
 def render_html(
     status: ExperimentStatus,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     spec: ExperimentSpec,
     *,
