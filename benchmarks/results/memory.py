@@ -1,6 +1,7 @@
 """Peak memory of the operator judging one experiment's results, against the size of those results.
 
-Builds `--records` request records per arm as the load Job writes them (every token event and the
+Results format version 1 (gzip'd JSON; version 2: benchmarks/scale/results_100k.py). Builds
+`--records` request records per arm as the load Job writes them (every token event and the
 generated text kept, `--tokens` tokens each), packs them as the load Job does, then in a fresh
 process does what the operator does in Analyzing: inflate the bundle (bounded by
 `--max-bytes`), parse the records, analyse and render the report. Prints one JSON line: the raw
@@ -59,13 +60,11 @@ def judge(bundle_path: str, max_bytes: int) -> dict[str, Any]:
     parts, spec_doc = pickle.loads(Path(bundle_path).read_bytes())
     started = time.perf_counter()
     try:
-        files = results.unpack(parts, max_bytes=max_bytes)
+        recs, _, windows, summary = results.parse(results.unpack(parts, max_bytes=max_bytes))
     except results.ResultsError as exc:
         outcome = exc.reason
     else:
         del parts
-        recs, _, windows, summary = results.parse(files)
-        del files
         spec, _ = validation.parse_experiment(
             {
                 "apiVersion": "specdecode.io/v1alpha1",
@@ -101,7 +100,7 @@ def measure(records: int, tokens: int, stages: int, max_bytes: int) -> dict[str,
     files = build(records, tokens, stages)
     spec_doc = json.loads(files.pop("__spec__"))
     raw = sum(len(v.encode()) for v in files.values())
-    parts = results.pack(files)
+    parts = results.pack_legacy(files)  # version 1 (benchmarks/scale/results_100k.py compares v2)
     with tempfile.NamedTemporaryFile(suffix=".pickle") as f:
         f.write(pickle.dumps((parts, spec_doc)))
         f.flush()

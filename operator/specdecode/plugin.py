@@ -339,7 +339,7 @@ def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> l
         for cm in items:
             pod, _, index = str(cm["metadata"]["name"]).removeprefix(prefix).rpartition("-")
             annotations = cm["metadata"].get("annotations") or {}
-            data = (cm.get("binaryData") or {}).get(results.DATA_KEY)
+            data = results.part_data(cm)
             if index.isdigit() and data and annotations.get(keys.GENERATION_ANNOTATION) == generation:
                 bundles.setdefault(pod, {})[int(index)] = base64.b64decode(data)
         shards = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import io
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from specdecode import results
@@ -137,10 +139,30 @@ def test_no_results_is_results_missing() -> None:
 
 
 def test_results_that_do_not_parse_are_results_corrupt() -> None:
+    """A record an older load image wrote (version 1) that does not parse, or a version-2 bundle
+    without one of its columns."""
     files = {**measured(), "requests.jsonl": '{"stage": "low"}\n'}
-    outcome = failure(run_collect(stored(files), experiment("http://127.0.0.1:1")))
+    client = FakeKube()
+    for cm in results.build_config_maps(
+        "exp-results", "exp", results.pack_legacy(files), owners=[JOB_OWNER], generation=1
+    ):
+        client.add(cm)
+    outcome = failure(run_collect(client, experiment("http://127.0.0.1:1")))
     assert (outcome.reason, outcome.transient) == ("ResultsCorrupt", False)
     assert "do not parse" in outcome.message
+
+    with np.load(io.BytesIO(results.encode_files(measured()))) as archive:
+        arrays = {name: archive[name] for name in archive.files if name != "sent"}
+    packed = io.BytesIO()
+    np.savez_compressed(packed, **arrays)
+    client = FakeKube()
+    for cm in results.build_config_maps(
+        "exp-results", "exp", results.split(packed.getvalue()), owners=[JOB_OWNER], generation=1
+    ):
+        client.add(cm)
+    outcome = failure(run_collect(client, experiment("http://127.0.0.1:1")))
+    assert (outcome.reason, outcome.transient) == ("ResultsCorrupt", False)
+    assert "the result bundle is corrupt: KeyError" in outcome.message
 
 
 def test_no_prometheus_anywhere_is_prometheus_not_configured() -> None:

@@ -160,7 +160,7 @@ def job_owner(client: FakeKube) -> dict[str, Any]:
 def test_forged_results_end_in_failed_never_in_a_verdict(operator_events: list[tuple[str, str]]) -> None:
     client = FakeKube()
     operator = analyzing(client)
-    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    forged = results.pack_legacy({"requests.jsonl": "FORGED", "windows.json": "{}"})
     for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):  # no Job owns it
         client.add(cm)
     status = run(operator)
@@ -172,8 +172,9 @@ def test_forged_results_end_in_failed_never_in_a_verdict(operator_events: list[t
 def test_results_too_large_end_in_failed_with_the_limit_named(operator_events: list[tuple[str, str]]) -> None:
     """Not an operator killed for memory in Analyzing after every restart: a reason, once."""
     client = FakeKube()
-    operator = analyzing(client, results_max_bytes=2 * 2**20)  # the workload plans ~1.2 MB: it is deployed
-    big = results.pack({"requests.jsonl": os.urandom(1_200_000).hex()})  # 2.4 MB: the run made more
+    operator = analyzing(client, results_max_bytes=2 * 2**20)  # the workload plans ~75 KB: it is deployed
+    # 2.4 MB (an older load image's JSON bundle): the run made more
+    big = results.pack_legacy({"requests.jsonl": os.urandom(1_200_000).hex()})
     for cm in results.build_config_maps("exp-results", "exp", big, owners=[job_owner(client)], generation=1):
         client.add(cm)
     status = run(operator)
@@ -613,7 +614,7 @@ def test_analyzing_is_written_before_the_tick_judges_the_results(
     for arm in ("control", "treatment"):
         client.add(ready_pod(arm, "stages"))
     operator.body["status"].update(phase="Running")
-    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    forged = results.pack_legacy({"requests.jsonl": "FORGED", "windows.json": "{}"})
     for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):
         client.add(cm)
     client.status_patches.clear()

@@ -146,7 +146,7 @@ def test_the_end_of_the_load_job_is_judged_at_once_not_an_interval_later(
     built = manifests.build_load_job("exp", validation.parse_experiment(document())[0], manifests.Settings())
     built["metadata"]["annotations"] = {keys.GENERATION_ANNOTATION: "1"}
     client.add(built)
-    forged = results.pack({"requests.jsonl": "FORGED", "windows.json": "{}"})
+    forged = results.pack_legacy({"requests.jsonl": "FORGED", "windows.json": "{}"})
     for cm in results.build_config_maps("exp-results", "exp", forged, generation=1):
         client.add(cm)
 

@@ -720,7 +720,7 @@ def test_a_forged_results_config_map_changes_nothing(
     the operator never reads it (nor one forged under the right name: tests/controller)."""
     name = "exp"
     forged = results.build_config_maps(
-        "zz-forged", name, results.pack({"requests.jsonl": "FORGED"}), generation=1
+        "zz-forged", name, results.pack_legacy({"requests.jsonl": "FORGED"}), generation=1
     )[0]
     operator.cluster.kubectl("apply", "-n", operator.namespace, "-f", "-", input=json.dumps(forged))
     operator.apply(experiment(name, "h200-8b-draft-tiny"))

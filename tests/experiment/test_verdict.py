@@ -905,3 +905,16 @@ def test_tail_speed_ups_are_the_quantile_ratios_of_the_paired_samples() -> None:
     assert [t.estimate for t in tails] == pytest.approx(
         [float(np.quantile(control, q)) / 5.0 for q in (0.5, 0.9, 0.99)]
     )
+
+
+@pytest.mark.parametrize("n", [10, 11, 37, 1000, 9001])
+def test_bootstrap_quantiles_are_numpy_s_of_the_same_resamples_without_holding_them(n: int) -> None:
+    """The counting bootstrap (bounded memory, benchmarks/scale/results_100k.py) gives exactly what
+    `np.quantile(sample[idx], q, axis=1)` gives for the same draws, ties and both tails included."""
+    rng = np.random.default_rng(n)
+    x, y = rng.lognormal(size=n), np.round(rng.lognormal(size=n), 1)  # y: many ties
+    q = np.array([0.0, 0.5, 0.9, 0.99, 1.0])
+    idx = np.random.default_rng(5).integers(0, n, size=(comparison.BOOTSTRAP_RESAMPLES, n))
+    got = comparison.bootstrap_quantiles((x, y), q, rng=np.random.default_rng(5))
+    assert np.array_equal(got[0], np.quantile(x[idx], q, axis=1))
+    assert np.array_equal(got[1], np.quantile(y[idx], q, axis=1))

@@ -62,7 +62,7 @@ def test_one_pod_s_shard_is_the_plan_and_an_index_out_of_range_is_refused() -> N
 def load(endpoints: Any, out: Path, pod: int | None, pods: int) -> loadpods.Measured:
     whole = plan_mod.plan_from_spec(make_spec(**MIXED), Path(), salt="same-salt")
     run(whole if pod is None else plan_mod.shard(whole, pod, pods), endpoints, out)
-    return results.parse(results.read_dir(out))
+    return results.parse_files(results.read_dir(out))
 
 
 def pair_key(rec: Any) -> tuple[str, int, str, str, str | None]:

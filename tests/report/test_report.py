@@ -20,7 +20,7 @@ from rich.console import Console
 
 from specdecode import cli, exit_status
 from specdecode.experiment import breakeven, placement, releases, validation, verdict
-from specdecode.experiment.records import ArmServerMetrics, RequestRecord, StageWindow
+from specdecode.experiment.records import ArmServerMetrics, PackedRequest, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
     ArmDifference,
@@ -287,6 +287,7 @@ def test_results_round_trip_and_the_report_command(
         "requests.jsonl",
         "windows.json",
         "experiment.yaml",
+        "results.v2.npz",
     }
     wire = json.loads((tmp_path / "result.json").read_text())
     assert (
@@ -294,9 +295,12 @@ def test_results_round_trip_and_the_report_command(
     )
     loaded = results.load_results(tmp_path)
     assert loaded.status == status and len(loaded.records) == len(records) and loaded.spec == spec
+    assert all(isinstance(r, PackedRequest) for r in loaded.records)  # read from the packed bundle
+    assert [r.e2e_ms for r in loaded.records] == [r.e2e_ms for r in records]
+    html = (tmp_path / "report.html").read_text()
     (tmp_path / "report.html").unlink()
     assert cli.main(["report", str(tmp_path)]) == exit_status.OK
-    assert (tmp_path / "report.html").exists()
+    assert (tmp_path / "report.html").read_text() == html
     assert "Reject" in capsys.readouterr().out
 
 

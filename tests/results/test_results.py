@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
+import io
+import json
 import random
 import tracemalloc
+import zipfile
 import zlib
 from typing import Any
 
@@ -16,7 +18,64 @@ from tests.controller.fake_kube import FakeKube
 from tests.factories import experiment_document
 from tests.report import synthetic
 
-FILES = {"requests.jsonl": '{"a": 1}\n' * 10, "windows.json": "{}", "loadgen-summary.json": "{}"}
+
+def run_files(
+    requests: int = 20, *, stages: int = 1, seed: int = 0, mismatch_rate: float = 0.0, text: str = "same text"
+) -> dict[str, str]:
+    """A load Job's three files for a synthetic run (`requests` a stage, both arms)."""
+    doc = experiment_document(
+        workload={
+            "stages": [{"name": f"c{i}", "concurrency": 1} for i in range(stages)],
+            "requestsPerStage": requests,
+            "warmupRequests": 0,
+        }
+    )
+    experiment, _ = validation.parse_experiment(doc)
+    recs, windows = synthetic.run(
+        experiment, seed=seed, warmup=1, mismatch_rate=mismatch_rate, error_rate=0.1
+    )
+    lines = "".join(
+        r.model_copy(update={"text": text if r.ok else None}).model_dump_json() + "\n" for r in recs
+    )
+    doc_windows = {
+        "anchor": {"monotonic": 1.0, "wall": 2.0},
+        "windows": [w.model_dump(mode="json") for w in windows],
+    }
+    return {
+        "requests.jsonl": lines,
+        "windows.json": json.dumps(doc_windows),
+        "loadgen-summary.json": json.dumps({"validity": {"valid": True, "reasons": []}}),
+    }
+
+
+FILES = run_files()
+FORGED = run_files(3, seed=7)
+
+
+def noisy_files() -> dict[str, str]:
+    """Files whose bundle needs two parts: every pair's outputs differ and are kept, as random hex."""
+    files = run_files(100, mismatch_rate=1.0)
+    rng = random.Random(0)
+    lines = [json.loads(line) for line in files["requests.jsonl"].splitlines()]
+    for rec in lines:
+        rec["text"] = "".join(rng.choice("0123456789abcdef") for _ in range(8000))
+    return {**files, "requests.jsonl": "".join(json.dumps(rec) + "\n" for rec in lines)}
+
+
+NOISY = noisy_files()
+
+
+def fingerprint(read: results.Results) -> Any:
+    """What two reads of the same results share, comparably."""
+    recs, anchor, windows, summary = read
+    return (
+        [(r.stage, r.index, r.arm, r.sent, r.ttft_ms, r.text_hash, r.ok) for r in recs],
+        anchor,
+        windows,
+        summary,
+    )
+
+
 JOB_UID = "job-uid-1"
 EXPERIMENT_OWNER = {
     "apiVersion": "specdecode.io/v1alpha1",
@@ -37,9 +96,14 @@ def stored(
     return client
 
 
-def download(
+def download(client: FakeKube, *, generation: int = 3, job_uid: str | None = JOB_UID, **limits: int) -> Any:
+    """What the operator reads from the namespace, compared by `fingerprint`."""
+    return fingerprint(results.parse(fetch(client, generation=generation, job_uid=job_uid, **limits)))
+
+
+def fetch(
     client: FakeKube, *, generation: int = 3, job_uid: str | None = JOB_UID, **limits: int
-) -> dict[str, str]:
+) -> results.Bundle:
     return asyncio.run(
         results.download(
             client,
@@ -59,22 +123,30 @@ def test_results_round_trip_through_config_maps() -> None:
     assert maps[0]["metadata"]["ownerReferences"] == [JOB_OWNER]
     assert maps[0]["metadata"]["labels"]["specdecode.io/results"] == "exp"
     assert maps[0]["metadata"]["annotations"][keys.GENERATION_ANNOTATION] == "3"
-    assert download(stored(results.pack(FILES))) == FILES
+    assert download(stored(results.pack(FILES))) == fingerprint(results.parse_files(FILES))
 
 
 def test_large_results_are_split_below_the_object_limit() -> None:
-    rng = random.Random(0)
-    noisy = "".join(rng.choice("0123456789abcdef") for _ in range(3_000_000))  # compresses poorly
-    parts = results.pack({"requests.jsonl": noisy})
+    parts = results.pack(NOISY)
     assert len(parts) > 1
     for cm in results.build_config_maps("exp-results", "exp", parts):
         size = sum(len(v) for v in cm["binaryData"].values())
         assert size < 1024 * 1024 - 16 * 1024
-    assert download(stored(parts))["requests.jsonl"] == noisy
+    recs = results.parse(fetch(stored(parts)))[0]
+    lines = [json.loads(line) for line in NOISY["requests.jsonl"].splitlines()]
+    ok = {(rec["stage"], rec["index"]) for rec in lines if rec["ok"] and rec["arm"] == "control"}
+    paired = {
+        key for key in ok if any(rec["ok"] and (rec["stage"], rec["index"]) == key for rec in lines[1::2])
+    }
+    texts = [
+        rec["text"] if (rec["stage"], rec["index"]) in paired and not rec["warmup"] else None for rec in lines
+    ]
+    assert len(paired) > 50
+    assert [r.text for r in recs] == texts  # every differing pair's texts, no other
 
 
 def test_a_missing_part_is_named() -> None:
-    client = stored(results.pack({"requests.jsonl": os.urandom(2_000_000).hex()}))
+    client = stored(results.pack(NOISY))
     del client.store[(results.CONFIG_MAP, "exp-results-1")]
     with pytest.raises(results.ResultsMissing, match=r"result part 1 of \d \(exp-results-1\) is missing"):
         download(client)
@@ -86,20 +158,20 @@ def test_no_results_at_all() -> None:
 
 
 def test_corrupt_bundle() -> None:
-    with pytest.raises(results.ResultsCorrupt, match="corrupt"):
-        results.unpack([b"not gzip"])
+    with pytest.raises(results.ResultsCorrupt, match="neither a version-2 archive nor a version-1 gzip"):
+        results.parse(results.unpack([b"not gzip"]))
     with pytest.raises(results.ResultsCorrupt, match="truncated"):
-        results.unpack([results.pack(FILES)[0][:-8]])
+        results.parse(results.unpack([results.pack_legacy(FILES)[0][:-8]]))
+    with pytest.raises(results.ResultsCorrupt, match="corrupt"):
+        results.parse(results.unpack([results.pack(FILES)[0][:-8]]))
 
 
 def test_a_foreign_config_map_labelled_for_the_experiment_is_never_read() -> None:
     """Labels are not trust: a ConfigMap of another name, even claiming to be part 0 of 1, is ignored."""
     client = stored(results.pack(FILES))
-    (forged,) = results.build_config_maps(
-        "zz-forged", "exp", results.pack({"requests.jsonl": "FORGED"}), generation=3
-    )
+    (forged,) = results.build_config_maps("zz-forged", "exp", results.pack(FORGED), generation=3)
     client.add(forged)
-    assert download(client) == FILES
+    assert download(client) == fingerprint(results.parse_files(FILES))
     assert ("GET", results.CONFIG_MAP, "zz-forged-0") not in client.reads
     assert not any(method.startswith("LIST") for method, _, _ in client.reads)
 
@@ -117,7 +189,7 @@ def test_a_foreign_config_map_labelled_for_the_experiment_is_never_read() -> Non
 def test_a_part_the_load_job_did_not_write_is_untrusted(owners: Any, why: str) -> None:
     """A forged part in the right place (e.g. created before the Job wrote its own) is refused."""
     with pytest.raises(results.ResultsUntrusted, match=why):
-        download(stored(results.pack({"requests.jsonl": "FORGED"}), owners=owners))
+        download(stored(results.pack(FORGED), owners=owners))
 
 
 def test_results_of_another_generation_or_none_are_untrusted() -> None:
@@ -138,9 +210,8 @@ def test_without_the_load_job_nothing_is_trusted() -> None:
 
 def test_parts_of_different_uploads_do_not_join() -> None:
     """A Job killed while storing leaves new and old parts: they are refused, not spliced."""
-    big = {"requests.jsonl": os.urandom(1_000_000).hex()}
-    client = stored(results.pack(big))
-    newer = results.pack({"requests.jsonl": os.urandom(1_000_000).hex()})
+    client = stored(results.pack(NOISY))
+    newer = results.pack({**NOISY, "windows.json": "{}"})
     client.add(results.build_config_maps("exp-results", "exp", newer, owners=[JOB_OWNER], generation=3)[0])
     with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
         download(client)
@@ -149,15 +220,13 @@ def test_parts_of_different_uploads_do_not_join() -> None:
 def test_a_part_rewritten_in_place_fails_its_digest() -> None:
     client = stored(results.pack(FILES))
     part = client.named(results.CONFIG_MAP, "exp-results-0")
-    part["binaryData"][results.DATA_KEY] = base64.b64encode(
-        results.pack({"requests.jsonl": "FORGED"})[0]
-    ).decode()
+    part["binaryData"][results.DATA_KEY] = base64.b64encode(results.pack(FORGED)[0]).decode()
     with pytest.raises(results.ResultsCorrupt, match="do not hash to their digest"):
         download(client)
 
 
 def test_a_decompression_bomb_is_refused_with_bounded_memory() -> None:
-    """700 KiB of gzip that inflates to 700 MB: refused once past the limit, never held whole."""
+    """700 KiB of gzip (version 1) that inflates to 700 MB: refused once past the limit, never held whole."""
     deflater = zlib.compressobj(9, wbits=31)  # gzip, built a MB at a time
     chunks = [deflater.compress(b'{"requests.jsonl": "')]
     chunks += [deflater.compress(b"a" * 2**20) for _ in range(700)]
@@ -167,7 +236,7 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory() -> None:
     tracemalloc.start()
     try:
         with pytest.raises(results.ResultsTooLarge, match="inflate to more than 16 MiB"):
-            download(client, max_bytes=16 * 2**20)
+            results.parse(fetch(client, max_bytes=16 * 2**20))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -196,8 +265,8 @@ def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None
     """The check before deploying may not refuse what would fit: measured bytes >= planned."""
     doc = experiment_document(
         workload={
-            "stages": [{"name": "c1", "concurrency": 1}],
-            "requestsPerStage": 50,
+            "stages": [{"name": "c1", "concurrency": 1}, {"name": "c2", "concurrency": 2}],
+            "requestsPerStage": 400,
             "warmupRequests": 0,
             "sampling": {"maxTokens": 256},
         }
@@ -205,22 +274,38 @@ def test_the_planned_size_is_a_lower_bound_of_what_the_load_job_writes() -> None
     experiment, _ = validation.parse_experiment(doc)
     recs, _ = synthetic.run(experiment, tokens=256, warmup=0)
     text = " ".join("tok" for _ in range(256))  # shorter text than real tokens: a conservative record
-    written = sum(len(r.model_copy(update={"text": text}).model_dump_json()) + 1 for r in recs)
-    assert len(recs) == 100
+    lines = "".join(r.model_copy(update={"text": text}).model_dump_json() + "\n" for r in recs)
+    bundle = results.encode_files({"requests.jsonl": lines})
+    with zipfile.ZipFile(io.BytesIO(bundle)) as archive:
+        written = sum(member.file_size for member in archive.infolist())  # what the operator inflates
+    assert len(recs) == 1600
     assert results.planned_bytes(experiment) <= written
     # and a bound that binds: within a factor of two of what is written, or the check before deploying
     # would pass experiments whose results the operator then refuses (mutation benchmark survivor:
     # `TOKEN_BYTES * max_tokens` -> `+`, a bound 6x too low)
     assert results.planned_bytes(experiment) >= written / 2
     assert results.check_size(experiment, results.Limits(max_bytes=written)) is None
-    assert "more than the 0 MiB" in (results.check_size(experiment, results.Limits(max_bytes=1000)) or "")
+    refused = results.check_size(experiment, results.Limits(max_bytes=1000)) or ""
+    assert "more than the 0 MiB" in refused
+    assert "800 requests to each arm: 2 stage(s) of up to 400 requests" in refused
+    assert "lower requestsPerStage or the number of stages" in refused
+
+
+def test_a_bundle_inflating_past_the_limit_is_refused_before_it_is_read() -> None:
+    """Version 2 is bounded by its members' declared sizes (zip reads no more than those)."""
+    bundle = results.encode_files(NOISY)
+    with zipfile.ZipFile(io.BytesIO(bundle)) as archive:
+        inflated = sum(member.file_size for member in archive.infolist())
+    with pytest.raises(results.ResultsTooLarge, match="inflate to more than"):
+        results.parse(results.Bundle(bundle, max_bytes=inflated - 1))
+    assert len(results.parse(results.Bundle(bundle, max_bytes=inflated))[0]) == 202
 
 
 @pytest.mark.parametrize("label", ["0/2", "2/2", "1/3", ""])
 def test_a_part_labelled_with_another_index_or_count_is_refused(label: str) -> None:
     """Part 1 of 2 must say `1/2`: a label that sorts before or after it is another part or upload
     (mutation benchmark survivor: `!=` -> `<` let every label after `1/2` through)."""
-    client = stored(results.pack({"requests.jsonl": os.urandom(1_000_000).hex()}))
+    client = stored(results.pack(NOISY))
     part = client.named(results.CONFIG_MAP, "exp-results-1")
     part["metadata"]["annotations"][keys.PART_ANNOTATION] = label
     with pytest.raises(results.ResultsCorrupt, match="not part 1/2 of the same upload"):
@@ -236,7 +321,7 @@ def stored_pods(
     for k, files in bundles.items():
         pod = ((annotated or {}).get(k, k), pods)
         for cm in results.build_config_maps(
-            "exp-results", "exp", results.pack(files), owners=[JOB_OWNER], generation=3, pod=pod
+            "exp-results", "exp", results.pack_legacy(files), owners=[JOB_OWNER], generation=3, pod=pod
         ):
             cm["metadata"]["name"] = cm["metadata"]["name"].replace(f"-pod{pod[0]}-", f"-pod{k}-")
             client.add(cm)
@@ -244,8 +329,10 @@ def stored_pods(
 
 
 def download_pod(client: FakeKube, pod: tuple[int, int]) -> dict[str, str]:
-    return asyncio.run(
-        results.download(client, namespace="ns", experiment="exp", generation=3, job_uid=JOB_UID, pod=pod)
+    return results.unpack_files(
+        asyncio.run(
+            results.download(client, namespace="ns", experiment="exp", generation=3, job_uid=JOB_UID, pod=pod)
+        )
     )
 
 
@@ -256,7 +343,7 @@ def test_each_load_pod_stores_its_own_bundle_which_is_read_back_as_that_pod_s() 
     assert cm["metadata"]["annotations"][keys.LOAD_POD_ANNOTATION] == "1/2"
     assert download_pod(client, (0, 2)) == FILES and download_pod(client, (1, 2)) == second
     # one pod: the names and annotations of before
-    (single,) = results.build_config_maps("exp-results", "exp", results.pack(FILES), pod=(0, 1))
+    (single,) = results.build_config_maps("exp-results", "exp", results.pack_legacy(FILES), pod=(0, 1))
     assert single["metadata"]["name"] == "exp-results-0"
     assert keys.LOAD_POD_ANNOTATION not in single["metadata"]["annotations"]
 

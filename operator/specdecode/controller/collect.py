@@ -234,7 +234,7 @@ class ReportNameTaken(Exception):
 async def store_report(
     kube: Kube,
     judged: status.ExperimentStatus,
-    recs: list[records.RequestRecord],
+    recs: list[records.Request],
     windows: list[records.StageWindow],
     experiment: spec.ExperimentSpec,
     metadata: Mapping[str, Any],
@@ -269,7 +269,7 @@ async def store_report(
     return report
 
 
-Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], Validity | None]
+Measured = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], Validity | None]
 """A round's records, clock anchor, stage windows and validity block."""
 
 
@@ -288,7 +288,7 @@ async def read_results(
     one Job's, merged into one (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
     shards = []
     for pod in [None] if pods == 1 else [(k, pods) for k in range(pods)]:
-        files = await results.download(
+        bundle = await results.download(
             kube,
             namespace=str(metadata["namespace"]),
             experiment=str(metadata["name"]),
@@ -299,10 +299,10 @@ async def read_results(
             pod=pod,
         )
         try:
-            shards.append(await in_analysis_lane(results.parse, files))
+            shards.append(await in_analysis_lane(results.parse, bundle))
         except ValueError as exc:
             raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
-        del files
+        del bundle
     recs, anchor, windows, summary = (
         shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdecode.experiment.records import ArmServerMetrics, RequestRecord
+from specdecode.experiment.records import ArmServerMetrics, Request
 from specdecode.experiment.status import (
     Acceptance,
 )
@@ -17,14 +17,14 @@ ACCEPTANCE_TOLERANCE = 0.05
 
 
 def acceptance(
-    treatment: Sequence[RequestRecord], server: ArmServerMetrics | None, *, k: int | None
+    treatment: Sequence[Request], server: ArmServerMetrics | None, *, k: int | None
 ) -> Acceptance | None:
     """Draft acceptance of one stage's treatment (see `acceptance_counts`)."""
     return acceptance_counts(treatment, server, k=k)[0]
 
 
 def acceptance_counts(
-    treatment: Sequence[RequestRecord], server: ArmServerMetrics | None, *, k: int | None
+    treatment: Sequence[Request], server: ArmServerMetrics | None, *, k: int | None
 ) -> tuple[Acceptance | None, tuple[int, int]]:
     """Draft acceptance estimated up to three ways, the preferred one reported, agreement flagged.
 
@@ -75,9 +75,9 @@ def acceptance_counts(
 
     tokens = events = 0
     for r in treatment:
-        if r.ok and len(r.events) >= 2:
-            tokens += r.events[-1][1] - r.events[0][1]
-            events += len(r.events) - 1
+        if r.ok and r.token_events >= 2:
+            tokens += r.stream_tokens
+            events += r.token_events - 1
     if events > 0:
         lengths["clientProxy"] = tokens / events
         if k:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specdecode.experiment import speculative_rules, verdict
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ConfirmationStage, Recommendation, StageResult, StageVerdict
 from specdecode.experiment.validity import Validity
@@ -101,7 +101,7 @@ def judged_spec(spec: ExperimentSpec, planned: Planned) -> ExperimentSpec:
 def judge(
     spec: ExperimentSpec,
     planned: Sequence[Planned],
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Validity | None = None,

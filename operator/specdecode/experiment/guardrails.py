@@ -46,7 +46,7 @@ from specdecode.experiment.comparison import (
     quantile_change,
 )
 from specdecode.experiment.pairing import LATENCY_FIELDS, Pairs, meets_slo, paired_values
-from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.records import Request
 from specdecode.experiment.spec import (
     ExperimentSpec,
     PrimaryMetric,
@@ -145,7 +145,7 @@ def guardrails(
 
 
 def ttft_regression(
-    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]], *, rng: np.random.Generator
+    spec: ExperimentSpec, both: Sequence[tuple[Request, Request]], *, rng: np.random.Generator
 ) -> GuardrailResult:
     """p90 TTFT, treatment over control: a regression beyond `maxTtftRegression` *and* `ttftToleranceMs`.
 
@@ -178,7 +178,7 @@ def ttft_regression(
     return item
 
 
-def _latencies(records: Iterable[RequestRecord], metric: str) -> FloatArray:
+def _latencies(records: Iterable[Request], metric: str) -> FloatArray:
     """One value per request, failed requests (and missing values) as +inf: they miss every SLO."""
     values = [getattr(r, LATENCY_FIELDS[metric]) if r.ok else None for r in records]
     return np.array([math.inf if v is None else float(v) for v in values], dtype=np.float64)
@@ -249,9 +249,7 @@ def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
     return item
 
 
-def categories(
-    spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]
-) -> list[CategoryResult]:
+def categories(spec: ExperimentSpec, both: Sequence[tuple[Request, Request]]) -> list[CategoryResult]:
     """Speed-up (paired t interval, informative) and acceptance per prompt category, by name.
 
     Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
@@ -260,7 +258,7 @@ def categories(
     return _groups(spec, both, lambda pair: pair[1].category or pair[0].category, order=str)
 
 
-def turns(spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecord]]) -> list[CategoryResult]:
+def turns(spec: ExperimentSpec, both: Sequence[tuple[Request, Request]]) -> list[CategoryResult]:
     """Multi-turn sessions: the same per turn index (`name` is the turn, from 1), in turn order.
 
     Later turns carry longer prompts, mostly served from the prefix cache; this shows whether the
@@ -271,14 +269,14 @@ def turns(spec: ExperimentSpec, both: Sequence[tuple[RequestRecord, RequestRecor
 
 def _groups(
     spec: ExperimentSpec,
-    both: Sequence[tuple[RequestRecord, RequestRecord]],
-    key: Callable[[tuple[RequestRecord, RequestRecord]], str | None],
+    both: Sequence[tuple[Request, Request]],
+    key: Callable[[tuple[Request, Request]], str | None],
     *,
     order: Callable[[str], Any],
 ) -> list[CategoryResult]:
     """Speed-up and acceptance of the pairs grouped by `key` (None: left out), groups sorted by `order`."""
     a = spec.analysis
-    by_name: dict[str, list[tuple[RequestRecord, RequestRecord]]] = {}
+    by_name: dict[str, list[tuple[Request, Request]]] = {}
     for pair in both:
         name = key(pair)
         if name is not None:
@@ -315,11 +313,11 @@ def _groups(
     return out
 
 
-def _text_key(record: RequestRecord) -> str | None:
+def _text_key(record: Request) -> str | None:
     return record.text_hash if record.text_hash is not None else record.text
 
 
-def output_agreement(both: Sequence[tuple[RequestRecord, RequestRecord]]) -> tuple[int, int]:
+def output_agreement(both: Sequence[tuple[Request, Request]]) -> tuple[int, int]:
     """(pairs with identical outputs, pairs whose outputs are known in both arms)."""
     compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
     return sum(_text_key(c) == _text_key(t) for c, t in compared), len(compared)

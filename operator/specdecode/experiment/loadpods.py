@@ -19,6 +19,7 @@ others); each stage runs to its bound and the analysis still judges at its plann
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from specdecode.experiment import records, spec
 MAX_PODS = spec.MAX_LOAD_PODS
 """The most load pods one experiment may ask for (`spec.workload.loadPods`)."""
 
-Measured = tuple[list[records.RequestRecord], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
+Measured = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
 """One pod's results as `results.parse` reads them: records, anchor, windows, summary."""
 
 _TIMES = ("intended", "sent", "first_byte", "first_token", "end", "headers")
@@ -62,7 +63,7 @@ def merge(pods: Sequence[Measured]) -> Measured:
         raise ValueError("no load pod's results to merge")
     first = min(range(len(pods)), key=lambda k: pods[k][1].wall)
     anchor = pods[first][1]
-    recs: list[records.RequestRecord] = []
+    recs: list[records.Request] = []
     windows: dict[str, list[records.StageWindow]] = {}
     for pod_recs, pod_anchor, pod_windows, _ in pods:
         shift = pod_anchor.wall - anchor.wall
@@ -79,10 +80,12 @@ def merge(pods: Sequence[Measured]) -> Measured:
     return recs, anchor, merged_windows, merged_summary([summary for *_, summary in pods])
 
 
-def _shifted(rec: records.RequestRecord, shift: float) -> records.RequestRecord:
+def _shifted(rec: records.Request, shift: float) -> records.Request:
     if not shift:
         return rec
     update: dict[str, Any] = {k: v + shift for k in _TIMES if (v := getattr(rec, k)) is not None}
+    if isinstance(rec, records.PackedRequest):  # packed results keep no events
+        return dataclasses.replace(rec, **update)
     update["events"] = [(t + shift, n) for t, n in rec.events]
     return rec.model_copy(update=update)
 

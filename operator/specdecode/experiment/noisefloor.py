@@ -22,7 +22,7 @@ from specdecode.experiment import sequential
 from specdecode.experiment.comparison import MIN_PAIRS_FIXED, log_ratios, min_detectable, proportion_interval
 from specdecode.experiment.guardrails import output_agreement
 from specdecode.experiment.pairing import Pairs, paired_values
-from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.records import Request
 from specdecode.experiment.spec import (
     ExperimentSpec,
     PrimaryMetric,
@@ -34,9 +34,7 @@ from specdecode.experiment.status import (
 )
 
 
-def stage_noise_floor(
-    spec: ExperimentSpec, stage: Stage, records: Sequence[RequestRecord]
-) -> StageNoiseFloor:
+def stage_noise_floor(spec: ExperimentSpec, stage: Stage, records: Sequence[Request]) -> StageNoiseFloor:
     """What one stage of an A/A run measured (the rule in the module docstring)."""
     a = spec.analysis
     pairs = Pairs.of(r for r in records if r.stage == stage.name)
@@ -75,7 +73,7 @@ def stage_noise_floor(
     return result
 
 
-def noise_floor(spec: ExperimentSpec, records: Sequence[RequestRecord]) -> NoiseFloor:
+def noise_floor(spec: ExperimentSpec, records: Sequence[Request]) -> NoiseFloor:
     """The A/A result of every stage, and the pooled mismatch bound to carry into a Compare run."""
     a = spec.analysis
     stages = [stage_noise_floor(spec, st, records) for st in spec.workload.stages]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdecode.experiment.comparison import FloatArray, proportion_interval
-from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.records import Request
 from specdecode.experiment.spec import (
     Arm,
     PrimaryMetric,
@@ -36,14 +36,14 @@ LATENCY_FIELDS = {"tpot": "tpot_ms", "e2e": "e2e_ms", "ttft": "ttft_ms"}
 class Pairs:
     """The records of one stage, split by arm and matched by index."""
 
-    control: dict[int, RequestRecord]
-    treatment: dict[int, RequestRecord]
+    control: dict[int, Request]
+    treatment: dict[int, Request]
 
     @classmethod
-    def of(cls, records: Iterable[RequestRecord]) -> Pairs:
+    def of(cls, records: Iterable[Request]) -> Pairs:
         """Index records by arm; warm-up excluded; the last record wins on a duplicate index."""
-        control: dict[int, RequestRecord] = {}
-        treatment: dict[int, RequestRecord] = {}
+        control: dict[int, Request] = {}
+        treatment: dict[int, Request] = {}
         # the members looked up once: an enum member's lookup costs more than the comparison
         control_arm, treatment_arm = Arm.CONTROL, Arm.TREATMENT
         for r in records:
@@ -55,7 +55,7 @@ class Pairs:
                 treatment[r.index] = r
         return cls(control, treatment)
 
-    def both_ok(self) -> list[tuple[RequestRecord, RequestRecord]]:
+    def both_ok(self) -> list[tuple[Request, Request]]:
         """Pairs where both arms succeeded, in index order (a data-independent order)."""
         return [
             (self.control[i], self.treatment[i])
@@ -82,7 +82,7 @@ class Pairs:
         return Pairs({k: self.control[k] for k in keep}, {k: self.treatment[k] for k in keep})
 
 
-def metric_value(record: RequestRecord, metric: str) -> float:
+def metric_value(record: Request, metric: str) -> float:
     """The per-request value of a metric (ms for latencies; tokens/s for throughput); NaN when undefined."""
     if metric == PrimaryMetric.THROUGHPUT:
         if record.completion_tokens is None or record.e2e_ms is None or record.e2e_ms <= 0:
@@ -92,9 +92,7 @@ def metric_value(record: RequestRecord, metric: str) -> float:
     return math.nan if value is None else float(value)
 
 
-def paired_values(
-    pairs: Sequence[tuple[RequestRecord, RequestRecord]], metric: str
-) -> tuple[FloatArray, FloatArray]:
+def paired_values(pairs: Sequence[tuple[Request, Request]], metric: str) -> tuple[FloatArray, FloatArray]:
     """(control values, treatment values) of a metric over pairs."""
     b = np.array([metric_value(c, metric) for c, _ in pairs], dtype=np.float64)
     c = np.array([metric_value(t, metric) for _, t in pairs], dtype=np.float64)
@@ -109,7 +107,7 @@ def _quantile(values: FloatArray, q: float) -> float | None:
     return float(np.quantile(finite, q)) if finite.size else None
 
 
-def active_seconds(records: Sequence[RequestRecord]) -> float:
+def active_seconds(records: Sequence[Request]) -> float:
     """One arm's active time in a stage: its first request sent → its last response finished (s).
 
     Per arm, not the stage window: the window ends when the slower arm drains, so dividing both
@@ -122,7 +120,7 @@ def active_seconds(records: Sequence[RequestRecord]) -> float:
     return max(0.0, max(ends) - min(r.sent for r in records))
 
 
-def meets_slo(record: RequestRecord, slo: Slo) -> bool:
+def meets_slo(record: Request, slo: Slo) -> bool:
     """The request succeeded and each metric with an SLO is within that metric's largest limit."""
     if not record.ok:
         return False
@@ -137,7 +135,7 @@ def meets_slo(record: RequestRecord, slo: Slo) -> bool:
     return True
 
 
-def goodput(records: Sequence[RequestRecord], slo: Slo, *, confidence: float) -> Goodput | None:
+def goodput(records: Sequence[Request], slo: Slo, *, confidence: float) -> Goodput | None:
     """Requests of one arm meeting every SLO, with a Wilson interval; None without SLOs or requests."""
     if not slo.limits() or not records:
         return None
@@ -155,7 +153,7 @@ def goodput(records: Sequence[RequestRecord], slo: Slo, *, confidence: float) ->
 
 
 def summarise_arm(
-    records: Sequence[RequestRecord], *, slo: Slo | None = None, confidence: float = 0.95
+    records: Sequence[Request], *, slo: Slo | None = None, confidence: float = 0.95
 ) -> ArmSummary:
     """Per-arm numbers of one stage: counts, latency quantiles (successful requests), output tok/s,
     goodput (with `slo`).

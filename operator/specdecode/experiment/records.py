@@ -10,6 +10,7 @@ intended time, so (stage, index, control) and (stage, index, treatment) form a p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,6 +116,69 @@ class RequestRecord(Record):
     """End - send."""
     schedule_lag_ms: float | None = None
     """Send - intended (open loop)."""
+
+    @property
+    def token_events(self) -> int:
+        """Token-bearing SSE events (`events`)."""
+        return len(self.events)
+
+    @property
+    def stream_tokens(self) -> int:
+        """Completion tokens from the first token-bearing event to the last (0 with fewer than two)."""
+        return self.events[-1][1] - self.events[0][1] if len(self.events) >= 2 else 0
+
+
+@dataclass(slots=True, eq=False)
+class PackedRequest:
+    """A request record read back from packed columns: slotted, without the stream's events
+    (`token_events`, `stream_tokens` stand for them), the server's other metrics, or the text
+    (kept for mismatched pairs and a sample only). About 0.7 KB where a `RequestRecord` with its
+    events takes ~35 KB (benchmarks/README.md, "Results at scale"). Fields are documented on
+    `RequestRecord`."""
+
+    stage: str
+    index: int
+    arm: Arm
+    warmup: bool
+    prompt_id: str
+    category: str | None
+    intended: float | None
+    sent: float
+    first_byte: float | None
+    first_token: float | None
+    end: float | None
+    ok: bool
+    http_status: int | None
+    error_class: str | None
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    text: str | None
+    text_hash: str | None
+    diverges_at: int | None
+    spec_decode: dict[str, Any] | None
+    request_id: str
+    slot: int | None
+    session: int | None
+    turn: int | None
+    headers: float | None
+    connect_ms: float | None
+    finish_reason: str | None
+    n_events: int
+    token_source: str
+    ttft_ms: float | None
+    ttft_from_intended_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    schedule_lag_ms: float | None
+    token_events: int
+    stream_tokens: int
+
+
+Request = RequestRecord | PackedRequest
+"""What the analysis and the report read of a request record: a `RequestRecord` parsed from
+`requests.jsonl`, or a `PackedRequest` read back from the packed results (results.py), which keeps
+of the stream only `token_events` and `stream_tokens`, and the text only where it is needed."""
 
 
 class ArmServerMetrics(Record):

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdecode.experiment import spec, status, verdict
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.validity import Validity
 
 BELOW_RANGE = "BelowRange"
@@ -160,7 +160,7 @@ def probe_spec(s: spec.ExperimentSpec, stage: spec.Stage) -> spec.ExperimentSpec
 def judge_probe(
     s: spec.ExperimentSpec,
     stage: spec.Stage,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Validity | None,

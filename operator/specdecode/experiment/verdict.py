@@ -1,6 +1,6 @@
 """The verdict: each stage judged from its pairs, the overall rule, the analysis written to status.
 
-Pure: numpy/scipy on `RequestRecord`s and `StageWindow`s (records.py) in, status models (`status/`) out.
+Pure: numpy/scipy on `Request`s and `StageWindow`s (records.py) in, status models (`status/`) out.
 Owns `status.stages`, `verdict`, `reason`, `message`, `speedupSummary` and `recommendation`.
 
 The verdict's jobs, one module each: the paired comparisons and their intervals (`comparison.py`),
@@ -52,7 +52,7 @@ from specdecode.experiment.guardrails import (
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
 from specdecode.experiment.pairing import Pairs, paired_values, summarise_arm
 from specdecode.experiment.recommendation import recommend
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import (
     AnalysisMode,
     AnalysisSpec,
@@ -78,7 +78,7 @@ from specdecode.experiment.validity import StageValidity, Validity, of_stage
 # --------------------------------------------------------------------------------------------- stages
 
 
-def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None:
+def batch_size(stage: Stage, treatment: Sequence[Request]) -> float | None:
     """Running requests in the treatment: concurrency, or rate × mean E2E (Little's law)."""
     if stage.concurrency is not None:
         return float(stage.concurrency)
@@ -91,7 +91,7 @@ def batch_size(stage: Stage, treatment: Sequence[RequestRecord]) -> float | None
 def analyse_stage(
     spec: ExperimentSpec,
     stage: Stage,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     window: StageWindow | None,
     *,
     validity: Validity | None = None,
@@ -380,7 +380,7 @@ def _unjudged(stage: StageResult) -> StageResult:
 
 def analyse(
     spec: ExperimentSpec,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     *,
     validity: Validity | None = None,
@@ -441,8 +441,8 @@ def analyse(
 
 def stage_look(
     analysis: AnalysisSpec,
-    control: Sequence[RequestRecord],
-    treatment: Sequence[RequestRecord],
+    control: Sequence[Request],
+    treatment: Sequence[Request],
     *,
     max_pairs: int,
     concurrency: int | None = None,
@@ -463,8 +463,8 @@ def stage_look(
 
 def stage_decided(
     analysis: AnalysisSpec,
-    control: Sequence[RequestRecord],
-    treatment: Sequence[RequestRecord],
+    control: Sequence[Request],
+    treatment: Sequence[Request],
     *,
     max_pairs: int,
     concurrency: int | None = None,

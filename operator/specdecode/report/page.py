@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from html import escape
 
 from specdecode.experiment import confirm, kvcache, placement, search, telemetry
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import (
     ExperimentStatus,
@@ -144,7 +144,7 @@ def _noise_floor_section(nf: NoiseFloor) -> str:
 
 def render_html(
     status: ExperimentStatus,
-    records: Sequence[RequestRecord],
+    records: Sequence[Request],
     windows: Sequence[StageWindow],
     spec: ExperimentSpec,
     *,

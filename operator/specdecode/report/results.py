@@ -4,7 +4,10 @@ Layout (design.md §4): `result.json` (the status object, camelCase, `Experiment
 `requests.jsonl` (one `RequestRecord` per line and arm), `windows.json` (a JSON list of
 `StageWindow`), `experiment.yaml` (the experiment document or its spec) and `report.html`.
 `requests.jsonl` and `windows.json` are written by the load generator's side (`write_results`
-writes them too when given records, so a directory is always complete).
+writes them too when given records, so a directory is always complete). `results.v2.npz` is the
+packed bundle of those files (specdecode/results.py, what the load Job stores in ConfigMaps),
+written next to them; `load_results` reads the records from it when it is there (a fraction of
+the memory and time of parsing `requests.jsonl`; texts kept for differing pairs and a sample).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from specdecode.experiment.records import RequestRecord, StageWindow
+from specdecode import results as bundles
+from specdecode.experiment.records import Request, RequestRecord, StageWindow
 from specdecode.experiment.spec import ExperimentSpec
 from specdecode.experiment.status import ExperimentStatus
 from specdecode.report.page import render_html
@@ -27,6 +31,7 @@ REQUESTS = "requests.jsonl"
 WINDOWS = "windows.json"
 EXPERIMENT = "experiment.yaml"
 REPORT = "report.html"
+PACKED = "results.v2.npz"
 
 
 class ResultsError(Exception):
@@ -38,7 +43,7 @@ class Results:
     """Everything a report is rendered from."""
 
     status: ExperimentStatus
-    records: list[RequestRecord]
+    records: Sequence[Request]
     windows: list[StageWindow]
     spec: ExperimentSpec
     name: str = ""
@@ -72,6 +77,9 @@ def write_results(
         }
         (out_dir / EXPERIMENT).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         written += [out_dir / REQUESTS, out_dir / WINDOWS, out_dir / EXPERIMENT]
+    if (out_dir / REQUESTS).exists():
+        (out_dir / PACKED).write_bytes(bundles.encode_dir(out_dir))
+        written.append(out_dir / PACKED)
     (out_dir / REPORT).write_text(render_html(status, records, windows, spec, name=name), encoding="utf-8")
     return written
 
@@ -91,13 +99,20 @@ def load_results(directory: Path) -> Results:
         status = ExperimentStatus.model_validate_json(_read(directory / RESULT))
     except ValueError as exc:
         raise ResultsError(f"{directory / RESULT}: not a status object: {str(exc).splitlines()[0]}") from None
-    records: list[RequestRecord] = []
-    req_path = directory / REQUESTS
-    if req_path.exists():
+    records: Sequence[Request] = []
+    req_path, packed = directory / REQUESTS, directory / PACKED
+    if packed.exists():
+        try:
+            records = bundles.parse(bundles.Bundle(packed.read_bytes(), max_bytes=2**40))[0]
+        except (OSError, bundles.ResultsError) as exc:
+            raise ResultsError(f"{packed}: {exc}") from None
+    elif req_path.exists():
+        parsed: list[RequestRecord] = []
+        records = parsed
         for i, line in enumerate(_read(req_path).splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(RequestRecord.model_validate_json(line))
+                    parsed.append(RequestRecord.model_validate_json(line))
                 except ValueError as exc:
                     raise ResultsError(f"{req_path}:{i}: {str(exc).splitlines()[0]}") from None
     windows: list[StageWindow] = []

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from specdecode.experiment import breakeven, telemetry
-from specdecode.experiment.records import RequestRecord
+from specdecode.experiment.records import Request
 from specdecode.experiment.spec import Arm
 from specdecode.experiment.status import (
     ArmSummary,
@@ -148,9 +148,9 @@ def _around(text: str, at: int) -> str:
     return f"{head}<b>{escape(tail)}</b>" + ("…" if at + _AFTER < len(text) else "")
 
 
-def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+def _mismatches(stage: StageResult, records: Sequence[Request]) -> str:
     """Where the treatment's greedy output first differs from the control's, for a few pairs."""
-    arms: dict[Arm, dict[int, RequestRecord]] = {arm: {} for arm in Arm}
+    arms: dict[Arm, dict[int, Request]] = {arm: {} for arm in Arm}
     for r in records:
         if r.stage == stage.name and not r.warmup and r.ok and r.arm in arms:
             arms[r.arm][r.index] = r
@@ -184,7 +184,7 @@ def _mismatches(stage: StageResult, records: Sequence[RequestRecord]) -> str:
     )
 
 
-def stage_section(stage: StageResult, records: Sequence[RequestRecord]) -> str:
+def stage_section(stage: StageResult, records: Sequence[Request]) -> str:
     sp = stage.speedup
     out = [
         f"<h3>{escape(stage.name)} <span class=muted>({escape(stage.load or '')})</span> {badge(stage.verdict)}</h3>"
