@@ -134,27 +134,30 @@ def gpu_telemetry(
     """Each stage with its arms' GPU telemetry from the DCGM exporter (`telemetry.py`), over its window."""
     by_stage = {w.stage: w for w in windows}
     names = manifests.Names(name)
+    selectors = {
+        arm: telemetry.pod_selector(
+            namespace_label=settings.label_names.dcgm_namespace,
+            pod_label=settings.label_names.dcgm_pod,
+            namespace=namespace,
+            deployment=names.arm(arm),
+        )
+        for arm in spec.Arm
+    }
     updated = []
-    for stage in stages:
-        window = by_stage.get(stage.name)
-        if window is None:
-            updated.append(stage)
-            continue
-        start, end = anchor.wall + window.start, anchor.wall + window.end
-
-        def arm_gpu(arm: spec.Arm, start: float = start, end: float = end) -> status.ArmGpu | None:
-            selector = telemetry.pod_selector(
-                namespace_label=settings.label_names.dcgm_namespace,
-                pod_label=settings.label_names.dcgm_pod,
-                namespace=namespace,
-                deployment=names.arm(arm),
-            )
-            return prometheus.arm_gpu(source, selector, start=start, end=end)
-
-        with ThreadPoolExecutor(max_workers=len(spec.Arm), thread_name_prefix="specdecode-gpu") as both:
-            arms = dict(zip(spec.Arm, both.map(arm_gpu, spec.Arm), strict=True))  # the arms' queries at once
-        gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL], arms[spec.Arm.TREATMENT])
-        updated.append(stage.model_copy(update={"gpu": gpu}))
+    # the arms' queries of a stage at once, on one pair of threads for every stage
+    with ThreadPoolExecutor(max_workers=len(spec.Arm), thread_name_prefix="specdecode-gpu") as both:
+        for stage in stages:
+            window = by_stage.get(stage.name)
+            if window is None:
+                updated.append(stage)
+                continue
+            start, end = anchor.wall + window.start, anchor.wall + window.end
+            arms = {
+                arm: both.submit(prometheus.arm_gpu, source, selectors[arm], start=start, end=end)
+                for arm in spec.Arm
+            }
+            gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL].result(), arms[spec.Arm.TREATMENT].result())
+            updated.append(stage.model_copy(update={"gpu": gpu}))
     return updated
 
 
@@ -283,9 +286,10 @@ async def read_results(
     pods: int = 1,
 ) -> Measured:
     """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
-    parsed off the event loop (the summary's validity block, None when it has none); raises `results.ResultsError` (a ValueError of parsing becomes
-    `ResultsCorrupt`). A Job of `pods` > 1 load pods: every pod's bundle, each read and trusted as
-    one Job's, merged into one (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
+    parsed off the event loop (the summary's validity block, None when it has none); raises
+    `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`). A Job of `pods` > 1
+    load pods: every pod's bundle, each read and trusted as one Job's, merged into one
+    (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
     shards = []
     for pod in [None] if pods == 1 else [(k, pods) for k in range(pods)]:
         bundle = await results.download(
