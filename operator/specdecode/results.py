@@ -87,6 +87,8 @@ DATA_KEY = "results.v2.npz"
 LEGACY_DATA_KEY = "bundle.json.gz"
 """The binaryData key of a version-1 part (load images before version 2)."""
 DATA_KEYS = (DATA_KEY, LEGACY_DATA_KEY)
+GZIP_MAGIC = b"\x1f\x8b"
+"""How a version-1 bundle (gzip) begins."""
 
 
 CONFIG_MAP = ("v1", "ConfigMap")
@@ -411,7 +413,7 @@ class Bundle:
     @property
     def version(self) -> int:
         """1 (gzip'd JSON) or 2 (zip of columns), from the first bytes."""
-        if self.data[:2] == b"\x1f\x8b":
+        if self.data.startswith(GZIP_MAGIC):
             return 1
         if self.data[:4] == b"PK\x03\x04":
             return 2
@@ -487,7 +489,7 @@ def build_config_maps(
     maps = []
     bundle = digest(parts)
     prefix = pod_prefix(prefix, pod)
-    key = LEGACY_DATA_KEY if parts and parts[0][:2] == b"\x1f\x8b" else DATA_KEY
+    key = LEGACY_DATA_KEY if parts and parts[0].startswith(GZIP_MAGIC) else DATA_KEY
     for i, part in enumerate(parts):
         metadata: dict[str, Any] = {
             "name": f"{prefix}-{i}",

@@ -24,10 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdecode.experiment import records, spec
-
-MAX_PODS = spec.MAX_LOAD_PODS
-"""The most load pods one experiment may ask for (`spec.workload.loadPods`)."""
+from specdecode.experiment import records
 
 Measured = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
 """One pod's results as `results.parse` reads them: records, anchor, windows, summary."""
