@@ -78,7 +78,7 @@ def send(experiment: Path, urls: tuple[str, str], out: Path, pods: int) -> list[
     for proc in procs:
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"loadgen exited {proc.returncode}")
-    return [results.parse(results.read_dir(out / f"pod{k}")) for k in range(pods)]
+    return [results.parse_files(results.read_dir(out / f"pod{k}")) for k in range(pods)]
 
 
 def measure(rate: float, pods: int, *, kind: str, seconds: float, scratch: Path) -> dict[str, Any]:
