@@ -223,13 +223,15 @@ async def _pass(
         listed = listed or await _children(body, subject, memo)
         observed, stale = await _observe(body, subject, current, memo, logger, listed)
         decision = reconcile.decide(subject, current, observed, now, memo.settings.timing)
-        decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
-        await _carry_out(decision.actions, body, document, subject, memo, stale, decision.status.rounds)
+        decision = await _carry_out(decision, body, document, subject, memo, stale, observed.job.uid)
     except Exception as exc:
         # Retried every tick, but the phase's deadline still applies (style.md §9 would have kopf
         # retry: a fault that never goes away would then hold the arms' GPUs forever).
+        fault = _fault(exc.__cause__ or exc if isinstance(exc, ActionFailed) else exc)
+        if isinstance(exc, ActionFailed):
+            fault, decision = replace(fault, action=exc.action), exc.decision
         decision = await _after_fault(
-            exc, body, document, subject, current, observed, decision, memo, now, logger
+            fault, body, document, subject, current, observed, decision, memo, now, logger
         )
         return decision, None
     return decision, None if decision.actions else listed
@@ -336,48 +338,53 @@ async def _observe(
     return observed, stale
 
 
-async def _salvaged(
-    body: kopf.Body,
-    subject: reconcile.Subject,
-    current: status.ExperimentStatus,
-    observed: reconcile.Observed,
-    decision: reconcile.Decision,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-) -> reconcile.Decision:
-    """A run failing during the load keeps the stages it finished (the failure stands either way)."""
-    running = current.phase is status.Phase.RUNNING and current.observed_generation == subject.generation
-    if rounds.current(current) is not None:  # a round that fails does not fail the experiment
-        return decision
-    if not running or decision.status.phase is not status.Phase.FAILED or subject.spec is None:
-        return decision
-    try:
-        kept = await collect.salvage(
-            memo.kube, body, subject.spec, decision.status, memo.settings, job_uid=observed.job.uid
-        )
-    except Exception as exc:
-        logger.warning(f"the stages measured before the failure could not be kept: {_fault(exc).message}")
-        return decision
-    return replace(decision, status=kept)
-
-
 async def _carry_out(
-    actions: list[reconcile.Action],
+    decision: reconcile.Decision,
     body: kopf.Body,
     document: dict[str, Any],
     subject: reconcile.Subject,
     memo: kopf.Memo,
     stale: list[tuple[kube.KindRef, str]],
-    rounds_run: Sequence[status.Round] = (),
-) -> None:
-    """The decision's actions, in order (`rounds_run`: the new status's `rounds`, which the round's
-    children are built from)."""
-    for action in actions:
-        await _apply(action, memo.kube, body, document, subject, memo.settings, stale, rounds_run)
+    job_uid: str | None = None,
+) -> reconcile.Decision:
+    """The decision's actions, in order; returns it as carried out: what the load finished, once
+    read (KEEP_FINISHED_STAGES, from load Job `job_uid`), is folded in by the core, with the report
+    to store. An action that raises is reraised as `ActionFailed`, naming it."""
+    done: list[reconcile.Action] = []
+    pending = list(decision.actions)
+    while pending:
+        action = pending.pop(0)
+        try:
+            if action is reconcile.Action.KEEP_FINISHED_STAGES and subject.spec is not None:
+                found = await collect.finished_stages(
+                    memo.kube, body, subject.spec, decision.status, memo.settings, job_uid=job_uid
+                )
+                total = len(subject.spec.workload.stages)
+                decision = reconcile.keep_finished(decision, found, total=total)
+                pending = [a for a in decision.actions if a not in done]
+            elif action is reconcile.Action.STORE_REPORT and decision.report is not None:
+                await collect.put_report(memo.kube, decision.report, body["metadata"])
+            else:
+                await _apply(
+                    action, memo.kube, body, document, subject, memo.settings, stale, decision.status.rounds
+                )
+        except Exception as exc:
+            raise ActionFailed(action, decision) from exc
+        done.append(action)
+    return decision
+
+
+class ActionFailed(Exception):
+    """A decision's action raised (the cause); names it, with the decision as carried out so far."""
+
+    def __init__(self, action: reconcile.Action, decision: reconcile.Decision) -> None:
+        super().__init__(action.value)
+        self.action = action
+        self.decision = decision
 
 
 async def _after_fault(
-    exc: Exception,
+    fault: reconcile.Fault,
     body: kopf.Body,
     document: dict[str, Any],
     subject: reconcile.Subject,
@@ -390,7 +397,6 @@ async def _after_fault(
 ) -> reconcile.Decision:
     """The decision after a tick that raised, with its own actions carried out (the cleanup of a
     failure) as far as the API lets them."""
-    fault = _fault(exc)
     memo.metrics.reconcile_errors.inc()
     logger.warning(f"{fault.reason}: {fault.message}")
     timing = memo.settings.timing
@@ -398,10 +404,10 @@ async def _after_fault(
         subject, current, fault, now, timing, attempted=attempted, observed=observed
     )
     try:
-        await _carry_out(decision.actions, body, document, subject, memo, [], decision.status.rounds)
-    except Exception as again:
+        decision = await _carry_out(decision, body, document, subject, memo, [])
+    except ActionFailed as again:
         decision = reconcile.decide_after_fault(
-            subject, current, _fault(again), now, timing, attempted=decision
+            subject, current, _fault(again.__cause__ or again), now, timing, attempted=decision
         )
     return decision
 
@@ -421,6 +427,8 @@ class ChildNotOwned(ChildFailed):
 def _fault(exc: BaseException) -> reconcile.Fault:
     """What the status says of an exception: the API server's refusal of a child is the spec's
     (422 Invalid: it fails at once), other errors are retried until the phase's deadline."""
+    if isinstance(exc, collect.ReportNameTaken):  # the verdict stands; only its report has nowhere to go
+        return reconcile.Fault("ReportNameTaken", str(exc), permanent=True)
     if isinstance(exc, ChildNotOwned):
         # Retried: the children of a deleted experiment of the same name may not be collected yet.
         return reconcile.Fault(

@@ -15,7 +15,8 @@ Phases (design.md §3)::
 
 An abort (`kubectl specdecode abort`) deletes both arms and the load Job whatever `spec.cleanup`
 says (the point is to release the GPUs now); a run aborted during the load keeps the stages it
-finished, as any failure during the load does. The annotation names the generation it aborts, so
+finished, as any failure during the load does (`Action.KEEP_FINISHED_STAGES`, `finished.py`). A
+verdict comes with its report, stored before the status is written (`Action.STORE_REPORT`). The annotation names the generation it aborts, so
 a later spec edit starts a fresh, unaborted measurement.
 
 A spec change (new `metadata.generation`) restarts the experiment: children built for another
@@ -32,6 +33,7 @@ fail the experiment: it ends with the stages' verdict, the round's check marked 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from specdecode.experiment import (
@@ -48,6 +50,8 @@ from specdecode.experiment import (
 )
 from specdecode.experiment.conditions import conditions_for as conditions_for
 from specdecode.experiment.conditions import ts, with_conditions
+from specdecode.experiment.finished import keep_finished as keep_finished
+from specdecode.experiment.finished import with_finished_stages as with_finished_stages
 from specdecode.experiment.status import ExperimentStatus, Phase, Round, Verdict
 
 # The tick's vocabulary, for the shells that spell it `reconcile.X`.
@@ -57,10 +61,12 @@ from specdecode.experiment.world import CollectFailure as CollectFailure
 from specdecode.experiment.world import Decision as Decision
 from specdecode.experiment.world import Event as Event
 from specdecode.experiment.world import Fault as Fault
+from specdecode.experiment.world import Finished as Finished
 from specdecode.experiment.world import JobState as JobState
 from specdecode.experiment.world import Judgement as Judgement
 from specdecode.experiment.world import Observed as Observed
 from specdecode.experiment.world import PodState as PodState
+from specdecode.experiment.world import Report as Report
 from specdecode.experiment.world import Subject as Subject
 from specdecode.experiment.world import Timing as Timing
 
@@ -134,7 +140,9 @@ def decide_after_fault(
     ends in Failed with the fault's reason, never in a verdict. A permanent fault fails at once.
     In a round after the stages (`rounds.py`) the round ends instead (its outcome Failed, the
     stages judged without it), as any other failure of a round does. A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
-    next tick retries a restart's; an ending's cleanup is reported in the message).
+    next tick retries a restart's; an ending's cleanup is reported in the message). What an ending
+    keeps that could not be kept (`fault.action`: the finished stages, the report) is left out of
+    it (`_without_what_it_keeps`).
     """
     timing = timing or Timing()
     if current.observed_generation != subject.generation or subject.spec is None:
@@ -143,6 +151,11 @@ def decide_after_fault(
         return Decision(decided.status, [], decided.events)
     if current.phase.is_terminal:
         return Decision(current)
+    if fault.action in (Action.KEEP_FINISHED_STAGES, Action.STORE_REPORT):
+        unkept = _without_what_it_keeps(subject, current, fault, now, timing, observed or Observed())
+        if unkept is not None:
+            return unkept
+        attempted = None  # a verdict is written with its report or not at all: retried as any fault
     if attempted is not None and attempted.status.phase.is_terminal:
         names = " and ".join(f"{subject.name}-{arm.value}" for arm in spec.Arm)
         note = f"; deleting the arms failed ({fault.message}): delete Deployments {names} by hand"
@@ -158,6 +171,30 @@ def decide_after_fault(
         assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
         return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
     return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
+
+
+def _without_what_it_keeps(
+    subject: Subject,
+    current: ExperimentStatus,
+    fault: Fault,
+    now: datetime,
+    timing: Timing,
+    observed: Observed,
+) -> Decision | None:
+    """The decision once what it would have kept could not be: a failure during the load stands
+    without the stages it finished; a verdict whose report has nowhere to go (a permanent fault:
+    its name is taken) stands without it, saying so. None: retried as any fault (the verdict is
+    written with its report, or not at all)."""
+    decided = decide(subject, current, observed, now, timing)
+    if Action.KEEP_FINISHED_STAGES in decided.actions:
+        return keep_finished(decided, Finished(), total=0)
+    judged = observed.analysis
+    if fault.permanent and isinstance(judged, Judgement) and judged.report is not None:
+        unreported = replace(
+            judged, message=f"{judged.message}; {fault.message}", results_ref=None, report=None
+        )
+        return decide(subject, current, replace(observed, analysis=unreported), now, timing)
+    return None
 
 
 def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tuple[timedelta, str]:
@@ -279,30 +316,36 @@ def _running(
 ) -> Decision:
     failure = failures.pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
-        return _fail(current, subject, now, *failure, observed)
+        return _during_load(observed, _fail(current, subject, now, *failure, observed))
     disrupted = failures.arm_disruption(observed, current)
     if disrupted is not None:
-        return _fail(current, subject, now, "ArmDisrupted", disrupted, observed)
+        return _during_load(observed, _fail(current, subject, now, "ArmDisrupted", disrupted, observed))
     job = observed.job
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
         if job.pod is not None and job.pod.last_terminated_reason:
             pod = job.pod
             detail += f" (load pod {pod.name}: {pod.last_terminated_reason}, exit {pod.last_exit_code})"
-        return _fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed)
+        return _during_load(
+            observed,
+            _fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed),
+        )
     if job.succeeded:
         return _enter(
             current, subject, Phase.ANALYZING, now, "LoadFinished", "collecting and judging results", []
         )
     if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
-        return _fail(
-            current,
-            subject,
-            now,
-            "RunDeadlineExceeded",
-            f"the load did not finish within spec.deadlines.run ({s.deadlines.run}); "
-            "lower requestsPerStage or raise the deadline",
+        return _during_load(
             observed,
+            _fail(
+                current,
+                subject,
+                now,
+                "RunDeadlineExceeded",
+                f"the load did not finish within spec.deadlines.run ({s.deadlines.run}); "
+                "lower requestsPerStage or raise the deadline",
+                observed,
+            ),
         )
     return Decision(current, [Action.CREATE_LOAD])
 
@@ -351,7 +394,8 @@ def _analyzing(
     done = with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
-    return Decision(done, _cleanup_actions(subject, done, observed), [event])
+    store = [Action.STORE_REPORT] if outcome.report is not None else []
+    return Decision(done, [*store, *_cleanup_actions(subject, done, observed)], [event], outcome.report)
 
 
 # ------------------------------------------------------------------------------------- rounds
@@ -515,7 +559,17 @@ def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now:
         actions.append(Action.CLEANUP_ARMS)
     if observed.job.exists:
         actions.append(Action.DELETE_LOAD)
-    return Decision(failed.status, actions, failed.events)
+    ended = Decision(failed.status, actions, failed.events)
+    if current.phase is not Phase.RUNNING or rounds.current(current) is not None or subject.spec is None:
+        return ended
+    return _during_load(observed, ended)  # a run aborted during the load keeps what it finished
+
+
+def _during_load(observed: Observed, failed: Decision) -> Decision:
+    """A failure of the stages' load: the stages its Job stored are read first (`finished.py`)."""
+    if not observed.job.stored:
+        return failed
+    return replace(failed, actions=[Action.KEEP_FINISHED_STAGES, *failed.actions])
 
 
 def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed) -> Decision:
