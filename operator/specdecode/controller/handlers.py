@@ -226,9 +226,10 @@ async def _pass(
     except Exception as exc:
         # Retried every tick, but the phase's deadline still applies (style.md §9 would have kopf
         # retry: a fault that never goes away would then hold the arms' GPUs forever).
-        fault = _fault(exc.__cause__ or exc if isinstance(exc, actions.ActionFailed) else exc)
-        if isinstance(exc, actions.ActionFailed):
-            fault, decision = replace(fault, action=exc.action), exc.decision
+        if isinstance(exc, actions.ActionFailed):  # the fault of that action, of the decision so far
+            fault, decision = replace(_fault(exc.__cause__ or exc), action=exc.action), exc.decision
+        else:
+            fault = _fault(exc)
         decision = await _after_fault(
             fault, body, document, subject, current, observed, decision, memo, now, logger
         )
