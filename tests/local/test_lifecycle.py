@@ -196,3 +196,18 @@ def test_a_round_goes_through_the_phases_again_and_a_failed_one_leaves_the_verdi
     if round_fails:
         assert final.rounds[0].message == "EngineCrashed: the treatment arm exited with status 1"
         assert any(e.reason == "RoundFailed" and e.type == "Warning" for e in world.events)
+
+
+def test_a_verdict_with_its_report_has_it_stored_before_the_arms_are_released() -> None:
+    """`run --local` writes result.json and report.html as the core's StoreReport, as the operator
+    stores its report ConfigMap; a verdict without a report to store asks for none (above)."""
+    world = FakeWorld(analysis=replace(promote(), report=reconcile.Report()))
+    final = drive(world)
+    assert final.phase is Phase.COMPLETED
+    assert world.done == [
+        Action.CREATE_ARMS,
+        Action.CREATE_LOAD,
+        Action.STORE_REPORT,
+        Action.RELEASE_ARMS,
+        Action.CLEANUP_ARMS,
+    ]

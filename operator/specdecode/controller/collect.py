@@ -2,13 +2,15 @@
 
 Returns what the decision function needs: a `Judgement`, or a `CollectFailure` with a reason
 (transient ones — Prometheus unreachable — are retried by the decision function's grace period).
-The full report is stored in a ConfigMap `<exp>-report` named by `status.resultsRef`.
+The full report is rendered here, while the records are at hand; the tick stores it in ConfigMap
+`<exp>-report`, named by `status.resultsRef`, when its decision says so (`Action.STORE_REPORT`:
+`put_report`).
 
 The CPU-heavy steps (parsing the records, the statistics, rendering the report) run in one analysis
 thread of their own (`in_analysis_lane`), one experiment's step at a time: kopf's event loop keeps
 ticking the other experiments, the default thread pool stays free for their API calls. However
 many experiments finish together, at most `COLLECTIONS` are collected at once (`one_collection`,
-from reading the results to storing the report): only their results are held in memory, not every
+from reading the results to rendering the report): only their results are held in memory, not every
 waiting experiment's parsed records at once, while one collection's waits (the API server,
 Prometheus) overlap another's analysis (benchmarks/README.md, "Many experiments").
 """
@@ -242,8 +244,29 @@ async def store_report(
     experiment: spec.ExperimentSpec,
     metadata: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`;
-    raises ReportNameTaken rather than replace a ConfigMap of that name that the experiment does not own."""
+    """Render the report of `judged` and store it (with result.json) in ConfigMap `<name>-report`
+    (`render_report`, then `put_report`)."""
+    rendered = await render_report(judged, recs, windows, experiment, name=str(metadata["name"]))
+    return await put_report(kube, rendered, metadata)
+
+
+async def render_report(
+    judged: status.ExperimentStatus,
+    recs: list[records.Request],
+    windows: list[records.StageWindow],
+    experiment: spec.ExperimentSpec,
+    *,
+    name: str,
+) -> reconcile.Report:
+    """The report of `judged`, rendered in the analysis thread while the records are at hand (within
+    the collection's slot): stored only if the tick's decision says so (`Action.STORE_REPORT`)."""
+    html = await in_analysis_lane(page.render_html, judged, recs, windows, experiment, name=name)
+    return reconcile.Report(html=html, result=judged.wire())
+
+
+async def put_report(kube: Kube, rendered: reconcile.Report, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Store a rendered report in ConfigMap `<name>-report`, owned by the experiment; raises
+    ReportNameTaken rather than replace a ConfigMap of that name that the experiment does not own."""
     name = str(metadata["name"])
     uid = str(metadata.get("uid") or "")
     existing = await kube.get(CONFIG_MAP, str(metadata["namespace"]), f"{name}-report")
@@ -251,8 +274,7 @@ async def store_report(
         raise ReportNameTaken(
             f"the report was not stored: ConfigMap {name}-report exists and is not this experiment's"
         )
-    html = await in_analysis_lane(page.render_html, judged, recs, windows, experiment, name=name)
-    report = report_config_map(name, html, judged.wire())
+    report = report_config_map(name, rendered.html or "", rendered.result or {})
     report["metadata"]["annotations"] = {
         keys.GENERATION_ANNOTATION: str(int(metadata.get("generation") or 1))
     }
@@ -485,11 +507,8 @@ async def collect(
     judged = analysis.apply(current).model_copy(
         update={"crossover": checked, "recommendation": advised, "message": message, "search": found}
     )
-    ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
-    try:
-        await store_report(kube, judged, recs, windows, experiment, metadata)
-    except ReportNameTaken as exc:  # the verdict stands; only its report has nowhere to go
-        message, ref = f"{message}; {exc}", None
+    # Rendered here, with the records at hand; stored if the decision ends the experiment with it.
+    rendered = await render_report(judged, recs, windows, experiment, name=name)
     return reconcile.Judgement(
         verdict=analysis.verdict,
         reason=str(analysis.reason),
@@ -501,7 +520,8 @@ async def collect(
         search=found,
         speedup_summary=analysis.speedup_summary,
         validity=block,
-        results_ref=ref,
+        results_ref=status.ResultsRef(config_map=f"{name}-report"),
+        report=rendered,
     )
 
 
@@ -655,7 +675,6 @@ async def _confirmation(
     return folded, None, None
 
 
-@one_at_a_time
 async def salvage(
     kube: Kube,
     body: Mapping[str, Any],
@@ -665,11 +684,29 @@ async def salvage(
     *,
     job_uid: str | None,
 ) -> status.ExperimentStatus:
-    """A run that failed during the load keeps the stages it finished: their statistics go into
-    `status.stages` and the report ConfigMap, the experiment stays Failed without a verdict.
+    """`failed` with the stages the load finished kept, as a tick keeps them (`finished_stages`,
+    then `reconcile.keep_finished`); `failed` unchanged when it finished none."""
+    found = await finished_stages(kube, body, experiment, failed, settings, job_uid=job_uid)
+    attempt = reconcile.Decision(failed, [reconcile.Action.KEEP_FINISHED_STAGES])
+    return reconcile.keep_finished(attempt, found, total=len(experiment.workload.stages)).status
+
+
+@one_at_a_time
+async def finished_stages(
+    kube: Kube,
+    body: Mapping[str, Any],
+    experiment: spec.ExperimentSpec,
+    failed: status.ExperimentStatus,
+    settings: OperatorSettings,
+    *,
+    job_uid: str | None,
+) -> reconcile.Finished:
+    """A run that failed during the load keeps the stages it finished (`Action.KEEP_FINISHED_STAGES`):
+    their statistics, for `status.stages`, and the report of `failed` with them kept, for ConfigMap
+    `<exp>-report`; the experiment stays Failed without a verdict.
 
     The load Job stores its results after every stage, so this finds whatever it finished even when
-    it was killed. No results, or results that do not parse: `failed` unchanged. Prometheus is
+    it was killed. No results, or results that do not parse: nothing finished. Prometheus is
     asked as for a full run; if it cannot answer, the stages keep the load Job's own figures.
     One experiment at a time (`one_collection`).
     """
@@ -680,11 +717,11 @@ async def salvage(
             kube, metadata, settings, job_uid=job_uid, pods=experiment.workload.load_pods
         )
     except results.ResultsError:
-        return failed
+        return reconcile.Finished()
     stages = {s.name for s in experiment.workload.stages}
     measured = [w.stage for w in windows if w.stage in stages]
     if not measured:
-        return failed
+        return reconcile.Finished()
     url = prometheus_url(experiment, settings)
     if url is not None:
         source = prometheus.PrometheusSource(url)
@@ -693,16 +730,8 @@ async def salvage(
                 source, windows, anchor, namespace=namespace, name=name, settings=settings
             )
     analysis = await in_analysis_lane(verdict.analyse, experiment, recs, windows, validity=block)
-    total = len(experiment.workload.stages)
-    kept = failed.model_copy(
-        update={
-            "stages": with_times([s for s in analysis.stages if s.name in measured], windows, anchor),
-            "results_ref": status.ResultsRef(config_map=f"{name}-report"),
-            "message": (
-                f"{failed.message}; the {len(measured)} of {total} stage(s) measured before that "
-                f"({', '.join(measured)}) are kept in status.stages and ConfigMap {name}-report"
-            ),
-        }
-    )
-    await store_report(kube, kept, recs, windows, experiment, metadata)
-    return kept
+    kept = with_times([s for s in analysis.stages if s.name in measured], windows, anchor)
+    ref = status.ResultsRef(config_map=f"{name}-report")
+    shown = reconcile.with_finished_stages(failed, kept, ref, total=len(experiment.workload.stages))
+    rendered = await render_report(shown, recs, windows, experiment, name=name)
+    return reconcile.Finished(stages=kept, results_ref=ref, report=rendered)

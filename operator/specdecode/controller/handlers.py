@@ -11,15 +11,14 @@ deleted, status is reset). Outcomes go to status. A tick that raises (the API se
 child, an answer of an unexpected shape) is not left to kopf's retries, which would skip every
 deadline: `reconcile.decide_after_fault` keeps the phase and retries on the next tick until the
 phase's deadline, then fails with a reason (a child refused as invalid, HTTP 422, at once).
-Exceptions: `ChildFailed` (an API call on one child raised; the cause is chained) and its kind
-`ChildNotOwned` (the child's name is taken by an object the experiment does not own).
+The actions are carried out by `controller/actions.py` (its exceptions name the action and the child).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import kopf
 
 from specdecode import results
-from specdecode.controller import collect, kube, lease, observe, ticks
+from specdecode.controller import actions, collect, kube, lease, observe, ticks
 from specdecode.controller.metrics import OperatorMetrics
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
@@ -223,13 +222,16 @@ async def _pass(
         listed = listed or await _children(body, subject, memo)
         observed, stale = await _observe(body, subject, current, memo, logger, listed)
         decision = reconcile.decide(subject, current, observed, now, memo.settings.timing)
-        decision = await _salvaged(body, subject, current, observed, decision, memo, logger)
-        await _carry_out(decision.actions, body, document, subject, memo, stale, decision.status.rounds)
+        decision = await actions.carry_out(decision, body, document, subject, memo, stale, observed.job.uid)
     except Exception as exc:
         # Retried every tick, but the phase's deadline still applies (style.md §9 would have kopf
         # retry: a fault that never goes away would then hold the arms' GPUs forever).
+        if isinstance(exc, actions.ActionFailed):  # the fault of that action, of the decision so far
+            fault, decision = replace(_fault(exc.__cause__ or exc), action=exc.action), exc.decision
+        else:
+            fault = _fault(exc)
         decision = await _after_fault(
-            exc, body, document, subject, current, observed, decision, memo, now, logger
+            fault, body, document, subject, current, observed, decision, memo, now, logger
         )
         return decision, None
     return decision, None if decision.actions else listed
@@ -336,48 +338,8 @@ async def _observe(
     return observed, stale
 
 
-async def _salvaged(
-    body: kopf.Body,
-    subject: reconcile.Subject,
-    current: status.ExperimentStatus,
-    observed: reconcile.Observed,
-    decision: reconcile.Decision,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-) -> reconcile.Decision:
-    """A run failing during the load keeps the stages it finished (the failure stands either way)."""
-    running = current.phase is status.Phase.RUNNING and current.observed_generation == subject.generation
-    if rounds.current(current) is not None:  # a round that fails does not fail the experiment
-        return decision
-    if not running or decision.status.phase is not status.Phase.FAILED or subject.spec is None:
-        return decision
-    try:
-        kept = await collect.salvage(
-            memo.kube, body, subject.spec, decision.status, memo.settings, job_uid=observed.job.uid
-        )
-    except Exception as exc:
-        logger.warning(f"the stages measured before the failure could not be kept: {_fault(exc).message}")
-        return decision
-    return replace(decision, status=kept)
-
-
-async def _carry_out(
-    actions: list[reconcile.Action],
-    body: kopf.Body,
-    document: dict[str, Any],
-    subject: reconcile.Subject,
-    memo: kopf.Memo,
-    stale: list[tuple[kube.KindRef, str]],
-    rounds_run: Sequence[status.Round] = (),
-) -> None:
-    """The decision's actions, in order (`rounds_run`: the new status's `rounds`, which the round's
-    children are built from)."""
-    for action in actions:
-        await _apply(action, memo.kube, body, document, subject, memo.settings, stale, rounds_run)
-
-
 async def _after_fault(
-    exc: Exception,
+    fault: reconcile.Fault,
     body: kopf.Body,
     document: dict[str, Any],
     subject: reconcile.Subject,
@@ -390,7 +352,6 @@ async def _after_fault(
 ) -> reconcile.Decision:
     """The decision after a tick that raised, with its own actions carried out (the cleanup of a
     failure) as far as the API lets them."""
-    fault = _fault(exc)
     memo.metrics.reconcile_errors.inc()
     logger.warning(f"{fault.reason}: {fault.message}")
     timing = memo.settings.timing
@@ -398,38 +359,28 @@ async def _after_fault(
         subject, current, fault, now, timing, attempted=attempted, observed=observed
     )
     try:
-        await _carry_out(decision.actions, body, document, subject, memo, [], decision.status.rounds)
-    except Exception as again:
+        decision = await actions.carry_out(decision, body, document, subject, memo, [])
+    except actions.ActionFailed as again:
         decision = reconcile.decide_after_fault(
-            subject, current, _fault(again), now, timing, attempted=decision
+            subject, current, _fault(again.__cause__ or again), now, timing, attempted=decision
         )
     return decision
-
-
-class ChildFailed(Exception):
-    """Creating or deleting one child raised (the cause); names the child for the status message."""
-
-    def __init__(self, child: str) -> None:
-        super().__init__(child)
-        self.child = child
-
-
-class ChildNotOwned(ChildFailed):
-    """A child's name is taken by an object this experiment does not own."""
 
 
 def _fault(exc: BaseException) -> reconcile.Fault:
     """What the status says of an exception: the API server's refusal of a child is the spec's
     (422 Invalid: it fails at once), other errors are retried until the phase's deadline."""
-    if isinstance(exc, ChildNotOwned):
+    if isinstance(exc, collect.ReportNameTaken):  # the verdict stands; only its report has nowhere to go
+        return reconcile.Fault("ReportNameTaken", str(exc), permanent=True)
+    if isinstance(exc, actions.ChildNotOwned):
         # Retried: the children of a deleted experiment of the same name may not be collected yet.
         return reconcile.Fault(
             "ChildConflict",
             f"{exc.child} exists and is not this experiment's (no owner reference to it); delete or "
             "rename it, or give the experiment another name",
         )
-    child = exc.child if isinstance(exc, ChildFailed) else None
-    cause = exc.__cause__ if isinstance(exc, ChildFailed) and exc.__cause__ is not None else exc
+    child = exc.child if isinstance(exc, actions.ChildFailed) else None
+    cause = exc.__cause__ if isinstance(exc, actions.ChildFailed) and exc.__cause__ is not None else exc
     refused = kube.refusal(cause)
     if refused is not None:
         code, message = refused
@@ -478,142 +429,6 @@ async def forget_experiment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     by garbage collection)."""
     memo.metrics.forget(str(body.metadata.namespace), str(body.metadata.name))
     memo.ticks.forget((str(body.metadata.namespace), str(body.metadata.name)))
-
-
-async def _apply(
-    action: reconcile.Action,
-    client: kube.Kube,
-    body: kopf.Body,
-    document: dict[str, Any],
-    subject: reconcile.Subject,
-    settings: OperatorSettings,
-    stale: list[tuple[kube.KindRef, str]],
-    rounds_run: Sequence[status.Round] = (),
-) -> None:
-    namespace = str(body.metadata.namespace)
-    name = subject.name
-    last = rounds_run[-1] if rounds_run else None
-    in_progress = rounds.in_progress(rounds_run)
-    if action is reconcile.Action.DELETE_STALE:
-        for kind, stale_name in stale:
-            await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
-        return
-    if action is reconcile.Action.RELEASE_ARMS:
-        budget = manifests.Names(name).disruption_budget
-        await _child(
-            client.delete(kube.DISRUPTION_BUDGET, namespace, budget), f"PodDisruptionBudget {budget}"
-        )
-        return
-    if action is reconcile.Action.CLEANUP_ARMS:
-        for arm in spec.Arm:
-            deployment = manifests.Names(name).arm(arm)
-            await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
-        return
-    if action is reconcile.Action.DELETE_LOAD:
-        job = manifests.Names(name).load_job_of(last.name if last is not None else None)
-        await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
-        return
-    if subject.spec is None:  # decide() asks for children only of a spec that validated
-        raise kopf.PermanentError(f"{action.value}: the experiment has no valid spec to render")
-    if action is reconcile.Action.CREATE_ARMS and in_progress is not None:
-        await _round_arms(client, body, subject, subject.spec, settings, in_progress)
-        return
-    if action is reconcile.Action.CREATE_ARMS:
-        children = manifests.build_all(
-            name, document, subject.spec, settings.render, generation=subject.generation
-        )
-    else:
-        round_name = in_progress.name if in_progress is not None else None
-        children = [
-            manifests.build_load_job(
-                name,
-                subject.spec,
-                settings.render,
-                owner_uid=str(body.metadata.uid),
-                generation=subject.generation,
-                round_name=round_name,
-                salt=manifests.load_salt(
-                    subject.spec.engine.seed, str(body.metadata.uid), subject.generation
-                ),
-            )
-        ]
-        if in_progress is not None:  # the round's own spec: its requests, its schedule
-            round_spec = rounds.load_spec(subject.spec, in_progress)
-            round_document = {
-                **document,
-                "spec": round_spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-            }
-            children.insert(
-                0,
-                manifests.build_spec_config_map(
-                    name, round_document, subject.generation, round_name=round_name
-                ),
-            )
-    for child in children:
-        built_for = {keys.GENERATION_ANNOTATION: str(subject.generation)}
-        child["metadata"].setdefault("annotations", {}).update(built_for)
-        if child["kind"] == "Deployment":  # and its pods: the old generation's may still be terminating
-            child["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
-        kopf.adopt(child, owner=body)
-        what = f"{child['kind']} {child['metadata']['name']}"
-        existing = await _child(client.create_if_absent(child, namespace), what)
-        if not observe.owned_by(existing, str(body.metadata.uid)):
-            # Not adopted: a foreign Service, Role or spec ConfigMap would be used as ours.
-            raise ChildNotOwned(what)
-
-
-async def _round_arms(
-    client: kube.Kube,
-    body: kopf.Body,
-    subject: reconcile.Subject,
-    experiment: spec.ExperimentSpec,
-    settings: OperatorSettings,
-    round_: status.Round,
-) -> None:
-    """The arms the round starts again, re-rendered for it (`rounds.arm_spec`, pinned to its nodes):
-    each Deployment's pod template is replaced once (Recreate: the old pod goes, then the new one
-    comes); a Deployment already rendered for the round is left alone."""
-    namespace = str(body.metadata.namespace)
-    rendered = rounds.arm_spec(experiment, round_)
-    for arm in rounds.started(round_):
-        wanted = manifests.build_deployment(
-            subject.name,
-            rendered,
-            arm,
-            settings.render,
-            round_name=round_.name,
-            node=rounds.node(round_, arm),
-        )
-        what = f"Deployment {wanted['metadata']['name']}"
-        existing = await _child(client.get(kube.DEPLOYMENT, namespace, wanted["metadata"]["name"]), what)
-        if existing is None:
-            raise ChildFailed(what) from RuntimeError("the arm's Deployment is gone")
-        template = existing["spec"]["template"]
-        if (template.get("metadata", {}).get("annotations") or {}).get(keys.ROUND_ANNOTATION) == round_.name:
-            continue
-        built_for = {keys.GENERATION_ANNOTATION: str(subject.generation)}
-        wanted["spec"]["template"]["metadata"].setdefault("annotations", {}).update(built_for)
-        replaced = {
-            **existing,
-            "metadata": {
-                **existing["metadata"],
-                "annotations": {
-                    **(existing["metadata"].get("annotations") or {}),
-                    **wanted["metadata"]["annotations"],
-                },
-            },
-            "spec": {**existing["spec"], "template": wanted["spec"]["template"]},
-        }
-        # A conflict (someone wrote it since it was read) is retried on the next tick.
-        await _child(client.replace(replaced, namespace), what)
-
-
-async def _child(call: Awaitable[Any], child: str) -> Any:
-    """Await an API call on one child; its failure names the child (`ChildFailed`)."""
-    try:
-        return await call
-    except Exception as exc:
-        raise ChildFailed(child) from exc
 
 
 def _subject(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -201,7 +202,11 @@ def observe(
         and _job_name(p, default=job_name) == job_name
     ]
     job = job_state(by_name.get(job_name), load_pods)
-    return reconcile.Observed(arms=arms, job=job, stale_children=stale)
+    # The load stores its results after every stage, one bundle per load pod: `<prefix>[-podK]-0`.
+    prefix = names.results_prefix_of(round_name)
+    firsts = [str(o["metadata"]["name"]) for o in measured if generation_of(o) == generation]
+    stored = any(n == f"{prefix}-0" or (n.startswith(f"{prefix}-pod") and n.endswith("-0")) for n in firsts)
+    return reconcile.Observed(arms=arms, job=replace(job, stored=stored), stale_children=stale)
 
 
 def placed_pods(pods: Sequence[Mapping[str, Any]]) -> dict[spec.Arm, Mapping[str, Any]]:

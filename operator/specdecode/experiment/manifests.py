@@ -1,125 +1,46 @@
-"""The children of an experiment, as plain dicts from pure `build_*` functions.
+"""The children of an experiment, as plain dicts from pure `build_*` functions: here the arms (their
+command lines, Deployments, Services, NetworkPolicy, PodDisruptionBudget) and `build_all`; the load
+Job and what it reads in `load_manifests.py`, the names and labels they share in `children.py`.
 
 Invariants (tested):
 - the two arms' pod specs differ only in `--speculative-config '<json>'` and, on releases that have
   it, `--per-request-spec-decode-metrics summary` on the treatment (plus the arm label and names);
   in `analysis.mode: NoiseFloor` (an A/A run) not even in those;
 - the command line is what the arms' vLLM release accepts (`releases.py`);
-- every name derives deterministically from the experiment's name (`<exp>-control`, `<exp>-treatment`,
-  `<exp>-load`, ...), so a restarted operator finds what it created (idempotence by name);
+- every name derives deterministically from the experiment's name (`children.py`: `<exp>-control`,
+  `<exp>-treatment`, `<exp>-load`, ...), so a restarted operator finds what it created;
 - owner references are not set here: the controller adopts each child (`kopf.adopt`) before creating it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
-
-import yaml
 
 from specdecode.experiment import keys, releases, spec
 
-PORT = 8000
-MANAGED_BY = "specdecode-operator"
-EXPERIMENT_FILE = "experiment.yaml"
-SPEC_MOUNT = "/etc/specdecode"
-#: beside SPEC_MOUNT, not inside it: a mount point inside a read-only ConfigMap volume needs the
-#: runtime to create it there (kubelet does since kubernetes/kubernetes#60342; other runtimes, such as
-#: the e2e node agent, do not: "mount point does not exist")
-DATASET_MOUNT = "/etc/specdecode-dataset"
-API_KEY_ENV = "SPECDECODE_API_KEY"
-JOB_UID_ENV = "SPECDECODE_JOB_UID"
-"""The load pod's Job uid (downward API): the results it writes are owned by that Job."""
-JOB_NAME_ENV = "SPECDECODE_JOB_NAME"
-"""The load pod's Job name (downward API): a round's Job is not `<exp>-load` (`rounds.py`)."""
-MODEL_CACHE_VOLUME = "model-cache"
-
-
-@dataclass(frozen=True)
-class Names:
-    """Deterministic names of every child of one experiment."""
-
-    experiment: str
-
-    def arm(self, arm: spec.Arm) -> str:
-        """Deployment and Service of an arm."""
-        return f"{self.experiment}-{arm.value}"
-
-    @property
-    def load_job(self) -> str:
-        """The load Job, its ServiceAccount, Role and RoleBinding."""
-        return f"{self.experiment}-load"
-
-    @property
-    def spec_config_map(self) -> str:
-        """The experiment document the load Job reads."""
-        return f"{self.experiment}-spec"
-
-    @property
-    def results_prefix(self) -> str:
-        """Prefix of the ConfigMaps the load Job writes its results into (`<prefix>-<n>`)."""
-        return f"{self.experiment}-results"
-
-    def load_job_of(self, round_name: str | None) -> str:
-        """The load Job of a round (`rounds.py`; None: the stages)."""
-        return self.load_job if round_name is None else f"{self.load_job}-{round_name.lower()}"
-
-    def spec_config_map_of(self, round_name: str | None) -> str:
-        """The spec a round's load Job reads (None: the stages)."""
-        base = self.spec_config_map
-        return base if round_name is None else f"{base}-{round_name.lower()}"
-
-    def results_prefix_of(self, round_name: str | None) -> str:
-        """Prefix of a round's result ConfigMaps (None: the stages)."""
-        base = self.results_prefix
-        return base if round_name is None else f"{base}-{round_name.lower()}"
-
-    @property
-    def network_policy(self) -> str:
-        """The policy that admits only the load Job, Prometheus and the operator to the arms."""
-        return f"{self.experiment}-arms"
-
-    @property
-    def disruption_budget(self) -> str:
-        """The PodDisruptionBudget that keeps voluntary evictions (drains) off the arms while they run."""
-        return f"{self.experiment}-arms"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What rendering needs from the operator's own configuration."""
-
-    operator_image: str = "ghcr.io/specdecode/specdecode-operator:0.1.0"
-    """The one image of the operator, the load Job and the simulator."""
-    prometheus_pod_labels: dict[str, str] = field(
-        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
-    )
-    """Pods (any namespace) allowed to scrape the arms."""
-    operator_pod_labels: dict[str, str] = field(
-        default_factory=lambda: {"app.kubernetes.io/name": MANAGED_BY}
-    )
-    """Pods (any namespace) of the operator, allowed to probe the arms."""
-    image_pull_policy: str = "IfNotPresent"
-    """Pull policy of the operator's image in the load Job and simulator arms."""
-
-
-def labels(experiment: str, *, arm: spec.Arm | None = None, component: str) -> dict[str, str]:
-    """The labels of design.md §2, plus a component."""
-    result = {
-        keys.LABEL_EXPERIMENT: experiment,
-        keys.LABEL_MANAGED_BY: MANAGED_BY,
-        keys.LABEL_COMPONENT: component,
-    }
-    if arm is not None:
-        result[keys.LABEL_ARM] = arm.value
-    return result
-
-
-def selector(experiment: str, arm: spec.Arm) -> dict[str, str]:
-    """The labels that select one arm's pods (also used to find them in Prometheus)."""
-    return {keys.LABEL_EXPERIMENT: experiment, keys.LABEL_ARM: arm.value}
-
+# What every child shares (children.py) and the load's children (load_manifests.py), for the
+# callers that spell them `manifests.X`.
+from specdecode.experiment.children import API_KEY_ENV as API_KEY_ENV
+from specdecode.experiment.children import DATASET_MOUNT as DATASET_MOUNT
+from specdecode.experiment.children import EXPERIMENT_FILE as EXPERIMENT_FILE
+from specdecode.experiment.children import JOB_NAME_ENV as JOB_NAME_ENV
+from specdecode.experiment.children import JOB_UID_ENV as JOB_UID_ENV
+from specdecode.experiment.children import MANAGED_BY as MANAGED_BY
+from specdecode.experiment.children import MODEL_CACHE_VOLUME as MODEL_CACHE_VOLUME
+from specdecode.experiment.children import PORT as PORT
+from specdecode.experiment.children import SPEC_MOUNT as SPEC_MOUNT
+from specdecode.experiment.children import Names as Names
+from specdecode.experiment.children import Settings as Settings
+from specdecode.experiment.children import arm_url as arm_url
+from specdecode.experiment.children import container_security
+from specdecode.experiment.children import labels as labels
+from specdecode.experiment.children import selector as selector
+from specdecode.experiment.load_manifests import build_load_job as build_load_job
+from specdecode.experiment.load_manifests import build_load_rbac as build_load_rbac
+from specdecode.experiment.load_manifests import build_spec_config_map as build_spec_config_map
+from specdecode.experiment.load_manifests import document_generation as document_generation
+from specdecode.experiment.load_manifests import load_salt as load_salt
 
 # -------------------------------------------------------------------------------- command lines
 
@@ -235,7 +156,7 @@ def build_deployment(
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": startup_failures},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
-        "securityContext": _container_security(non_root=simulated),
+        "securityContext": container_security(non_root=simulated),
     }
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -389,11 +310,6 @@ def build_service(name: str, arm: spec.Arm) -> dict[str, Any]:
     }
 
 
-def arm_url(name: str, arm: spec.Arm) -> str:
-    """The URL of an arm's Service, from inside the namespace."""
-    return f"http://{Names(name).arm(arm)}:{PORT}"
-
-
 def build_network_policy(name: str, settings: Settings) -> dict[str, Any]:
     """Only the load Job, Prometheus and the operator may talk to the arms."""
     return {
@@ -443,213 +359,6 @@ def build_disruption_budget(name: str) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------------- the load
-
-
-def build_spec_config_map(
-    name: str, document: dict[str, Any], generation: int | None = None, *, round_name: str | None = None
-) -> dict[str, Any]:
-    """The experiment document, mounted into the load Job (it plans the same stages as the operator).
-
-    The document carries the `generation` it was rendered for (annotation `keys.GENERATION_ANNOTATION`),
-    and the load Job refuses a document of another generation than its `--generation`: a load never
-    measures one spec while its results are filed under another.
-    """
-    metadata: dict[str, Any] = {"name": name}
-    if generation is not None:
-        metadata["annotations"] = {keys.GENERATION_ANNOTATION: str(generation)}
-    minimal = {
-        "apiVersion": document.get("apiVersion"),
-        "kind": document.get("kind"),
-        "metadata": metadata,
-        "spec": document["spec"],
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": Names(name).spec_config_map_of(round_name),
-            "labels": labels(name, component="load"),
-        },
-        "data": {EXPERIMENT_FILE: yaml.safe_dump(minimal, sort_keys=False)},
-    }
-
-
-def document_generation(document: dict[str, Any]) -> int | None:
-    """The generation an experiment document was rendered for (`build_spec_config_map`), if any."""
-    metadata = document.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    value = annotations.get(keys.GENERATION_ANNOTATION) if isinstance(annotations, dict) else None
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-def build_load_job(
-    name: str,
-    s: spec.ExperimentSpec,
-    settings: Settings,
-    *,
-    owner_uid: str = "",
-    generation: int | None = None,
-    round_name: str | None = None,
-    salt: str | None = None,
-) -> dict[str, Any]:
-    """The Job that sends the same prompts on the same schedule to both arms and stores the results.
-
-    The result ConfigMaps it writes are owned by the experiment (`owner_uid`) and labelled with the
-    spec `generation` they measured. `round_name`: a round after the stages (`rounds.py`), with its
-    own Job, spec ConfigMap and results. `salt`: the prompts' nonce salt (`load_salt`: one per
-    generation, so that every round sends the same prompts).
-
-    `spec.workload.loadPods` N > 1: an Indexed Job of N pods at once, each sending its shard of the
-    schedule (`loadpods.py`; its index from JOB_COMPLETION_INDEX, which the Job controller sets);
-    with `backoffLimit: 0` one pod failing fails the Job, which completes when all N have. One pod
-    renders the Job as before (no completion mode): nothing changes for the experiments of today.
-    """
-    names = Names(name)
-    argv = [
-        "specdecode",
-        "loadgen",
-        "--experiment",
-        f"{SPEC_MOUNT}/{EXPERIMENT_FILE}",
-        "--control-url",
-        arm_url(name, spec.Arm.CONTROL),
-        "--treatment-url",
-        arm_url(name, spec.Arm.TREATMENT),
-        "--out",
-        "/results",
-        "--results-configmap",
-        names.results_prefix_of(round_name),
-        "--scrape-metrics",
-    ]
-    if salt is not None:
-        argv += ["--salt", salt]
-    if owner_uid:
-        argv += ["--owner-uid", owner_uid]
-    if generation is not None:
-        argv += ["--generation", str(generation)]
-    pods = s.workload.load_pods
-    if pods > 1:
-        argv += ["--load-pods", str(pods)]
-    env: list[dict[str, Any]] = [
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {
-            "name": JOB_UID_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{keys.JOB_UID_LABEL}']"}},
-        },
-        {
-            "name": JOB_NAME_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{keys.JOB_NAME_LABEL}']"}},
-        },
-    ]
-    if s.engine.api_key_secret is not None:
-        argv += ["--api-key-env", API_KEY_ENV]
-        env.append(
-            {
-                "name": API_KEY_ENV,
-                "valueFrom": {
-                    "secretKeyRef": {"name": s.engine.api_key_secret.name, "key": s.engine.api_key_secret.key}
-                },
-            }
-        )
-    mounts = [
-        {"name": "experiment", "mountPath": SPEC_MOUNT, "readOnly": True},
-        {"name": "results", "mountPath": "/results"},
-    ]
-    volumes: list[dict[str, Any]] = [
-        {"name": "experiment", "configMap": {"name": names.spec_config_map_of(round_name)}},
-        {"name": "results", "emptyDir": {}},
-    ]
-    dataset = s.workload.dataset
-    if (
-        isinstance(dataset, spec.JsonlDataset | spec.TraceDataset | spec.MultiTurnDataset)
-        and dataset.config_map is not None
-    ):
-        ref = dataset.config_map
-        mounts.append({"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True})
-        volumes.append(
-            {
-                "name": "dataset",
-                "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": "prompts.jsonl"}]},
-            }
-        )
-        argv += ["--dataset-file", f"{DATASET_MOUNT}/prompts.jsonl"]
-    job_labels = labels(name, component="load")
-    indexed = {"completionMode": "Indexed", "completions": pods, "parallelism": pods} if pods > 1 else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": names.load_job_of(round_name), "labels": job_labels},
-        "spec": {
-            **indexed,
-            # A retried load would measure twice and mix the results: one attempt, a failure is final.
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": int(s.deadlines.run_seconds),
-            "template": {
-                "metadata": {"labels": job_labels},
-                "spec": {
-                    "serviceAccountName": names.load_job,
-                    "restartPolicy": "Never",
-                    "enableServiceLinks": False,
-                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [
-                        {
-                            "name": "loadgen",
-                            "image": settings.operator_image,
-                            "imagePullPolicy": settings.image_pull_policy,
-                            "command": argv[:2],
-                            "args": argv[2:],
-                            "env": env,
-                            "volumeMounts": mounts,
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "512Mi"},
-                                "limits": {"memory": "2Gi"},
-                            },
-                            "securityContext": _container_security(non_root=True),
-                        }
-                    ],
-                    "volumes": volumes,
-                },
-            },
-        },
-    }
-
-
-def load_salt(seed: int, owner_uid: str, generation: int) -> str:
-    """The prompts' nonce salt of one generation of an experiment: every round of it plans with this
-    one, so they send the same prompts; a new generation or a new experiment of the same name does not
-    (a server's prefix cache cannot remember them)."""
-    return f"{seed}-{owner_uid}-{generation}"
-
-
-def build_load_rbac(name: str) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding that let the load Job write its result ConfigMaps, nothing else."""
-    names = Names(name)
-    meta = {"name": names.load_job, "labels": labels(name, component="load")}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": dict(meta),
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    # results.upload: POST, and PUT over an earlier upload; nothing else
-                    "verbs": ["create", "update"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": dict(meta),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.load_job},
-            "subjects": [{"kind": "ServiceAccount", "name": names.load_job}],
-        },
-    ]
-
-
 def build_all(
     name: str,
     document: dict[str, Any],
@@ -669,10 +378,3 @@ def build_all(
         build_spec_config_map(name, document, generation),
         *build_load_rbac(name),
     ]
-
-
-def _container_security(*, non_root: bool) -> dict[str, Any]:
-    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    if non_root:
-        context["runAsNonRoot"] = True
-    return context

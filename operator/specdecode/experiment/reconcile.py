@@ -15,7 +15,8 @@ Phases (design.md §3)::
 
 An abort (`kubectl specdecode abort`) deletes both arms and the load Job whatever `spec.cleanup`
 says (the point is to release the GPUs now); a run aborted during the load keeps the stages it
-finished, as any failure during the load does. The annotation names the generation it aborts, so
+finished, as any failure during the load does (`Action.KEEP_FINISHED_STAGES`, `finished.py`). A
+verdict comes with its report, stored before the status is written (`Action.STORE_REPORT`). The annotation names the generation it aborts, so
 a later spec edit starts a fresh, unaborted measurement.
 
 A spec change (new `metadata.generation`) restarts the experiment: children built for another
@@ -32,6 +33,7 @@ fail the experiment: it ends with the stages' verdict, the round's check marked 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from specdecode.experiment import (
@@ -48,7 +50,11 @@ from specdecode.experiment import (
 )
 from specdecode.experiment.conditions import conditions_for as conditions_for
 from specdecode.experiment.conditions import ts, with_conditions
-from specdecode.experiment.status import ExperimentStatus, Phase, Round, Verdict
+from specdecode.experiment.finished import keep_finished as keep_finished
+from specdecode.experiment.finished import with_finished_stages as with_finished_stages
+from specdecode.experiment.round_phases import round_deploying, round_failed, round_running, start_round
+from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
+from specdecode.experiment.transitions import cleanup_actions, elapsed, enter, fail, with_arm_refs
 
 # The tick's vocabulary, for the shells that spell it `reconcile.X`.
 from specdecode.experiment.world import Action as Action
@@ -57,10 +63,12 @@ from specdecode.experiment.world import CollectFailure as CollectFailure
 from specdecode.experiment.world import Decision as Decision
 from specdecode.experiment.world import Event as Event
 from specdecode.experiment.world import Fault as Fault
+from specdecode.experiment.world import Finished as Finished
 from specdecode.experiment.world import JobState as JobState
 from specdecode.experiment.world import Judgement as Judgement
 from specdecode.experiment.world import Observed as Observed
 from specdecode.experiment.world import PodState as PodState
+from specdecode.experiment.world import Report as Report
 from specdecode.experiment.world import Subject as Subject
 from specdecode.experiment.world import Timing as Timing
 
@@ -93,20 +101,20 @@ def decide(
     if subject.aborted:
         return _abort(subject, current, observed, now)
     if subject.spec is None:
-        return _fail(
+        return fail(
             current, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid"
         )
     if current.phase is Phase.PENDING:
         if observed.stale_children:
             return Decision(current, [Action.DELETE_STALE])
-        return _enter(
+        return enter(
             current, subject, Phase.DEPLOYING, now, "Deploying", "creating both arms", [Action.CREATE_ARMS]
         )
     round_ = rounds.current(current)
     if round_ is not None and current.phase is Phase.DEPLOYING:
-        return _round_deploying(subject, subject.spec, current, round_, observed, now, timing)
+        return round_deploying(subject, subject.spec, current, round_, observed, now, timing)
     if round_ is not None and current.phase is Phase.RUNNING:
-        return _round_running(subject, subject.spec, current, round_, observed, now, timing)
+        return round_running(subject, subject.spec, current, round_, observed, now, timing)
     if current.phase is Phase.DEPLOYING:
         return _deploying(subject, subject.spec, current, observed, now, timing)
     if current.phase is Phase.RUNNING:
@@ -134,7 +142,9 @@ def decide_after_fault(
     ends in Failed with the fault's reason, never in a verdict. A permanent fault fails at once.
     In a round after the stages (`rounds.py`) the round ends instead (its outcome Failed, the
     stages judged without it), as any other failure of a round does. A restart, an invalid spec or a decided ending is kept (its actions are what failed: the
-    next tick retries a restart's; an ending's cleanup is reported in the message).
+    next tick retries a restart's; an ending's cleanup is reported in the message). What an ending
+    keeps that could not be kept (`fault.action`: the finished stages, the report) is left out of
+    it (`_without_what_it_keeps`).
     """
     timing = timing or Timing()
     if current.observed_generation != subject.generation or subject.spec is None:
@@ -143,21 +153,50 @@ def decide_after_fault(
         return Decision(decided.status, [], decided.events)
     if current.phase.is_terminal:
         return Decision(current)
+    if fault.action in (Action.KEEP_FINISHED_STAGES, Action.STORE_REPORT):
+        unkept = _without_what_it_keeps(subject, current, fault, now, timing, observed or Observed())
+        if unkept is not None:
+            return unkept
+        attempted = None  # a verdict is written with its report or not at all: retried as any fault
     if attempted is not None and attempted.status.phase.is_terminal:
         names = " and ".join(f"{subject.name}-{arm.value}" for arm in spec.Arm)
         note = f"; deleting the arms failed ({fault.message}): delete Deployments {names} by hand"
         ended = attempted.status.model_copy(update={"message": f"{attempted.status.message}{note}"})
         return Decision(ended, [], [*attempted.events, Event("Warning", "CleanupFailed", note[2:])])
     limit, deadline = _phase_deadline(subject.spec, current.phase, timing)
-    if fault.permanent or _elapsed(current, now) > limit:
+    if fault.permanent or elapsed(current, now) > limit:
         why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
         round_ = rounds.current(current)
         if round_ is not None:  # the round ends, not the experiment: the stages' verdict stands
             why = f"{fault.reason}: {fault.message}{why}"
-            return _round_failed(subject, current, round_, why, observed or Observed(), now)
+            return round_failed(subject, current, round_, why, observed or Observed(), now)
         assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
-        return _fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
+        return fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
     return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
+
+
+def _without_what_it_keeps(
+    subject: Subject,
+    current: ExperimentStatus,
+    fault: Fault,
+    now: datetime,
+    timing: Timing,
+    observed: Observed,
+) -> Decision | None:
+    """The decision once what it would have kept could not be: a failure during the load stands
+    without the stages it finished; a verdict whose report has nowhere to go (a permanent fault:
+    its name is taken) stands without it, saying so. None: retried as any fault (the verdict is
+    written with its report, or not at all)."""
+    decided = decide(subject, current, observed, now, timing)
+    if Action.KEEP_FINISHED_STAGES in decided.actions:
+        return keep_finished(decided, Finished(), total=0)
+    judged = observed.analysis
+    if fault.permanent and isinstance(judged, Judgement) and judged.report is not None:
+        unreported = replace(
+            judged, message=f"{judged.message}; {fault.message}", results_ref=None, report=None
+        )
+        return decide(subject, current, replace(observed, analysis=unreported), now, timing)
+    return None
 
 
 def _phase_deadline(s: spec.ExperimentSpec, phase: Phase, timing: Timing) -> tuple[timedelta, str]:
@@ -177,7 +216,7 @@ def _restart(subject: Subject, observed: Observed, now: datetime) -> Decision:
         observed_generation=subject.generation, phase=Phase.PENDING, phase_started_at=ts(now)
     )
     if subject.spec is None:
-        return _fail(fresh, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid")
+        return fail(fresh, subject, now, "InvalidSpec", "; ".join(subject.problems) or "the spec is invalid")
     fresh = fresh.model_copy(update={"reason": "Accepted", "message": "waiting to deploy"})
     fresh = with_conditions(fresh, subject.generation, now)
     actions = [Action.DELETE_STALE] if observed.stale_children else []
@@ -195,13 +234,13 @@ def _deploying(
     now: datetime,
     timing: Timing,
 ) -> Decision:
-    current = _with_arm_refs(subject, current, observed)
+    current = with_arm_refs(subject, current, observed)
     colocated = s.placement.colocate is spec.Colocate.REQUIRED
     failure = failures.pod_failure(observed, now, timing, colocated=colocated) or failures.creation_refused(
         observed, now, timing
     )
     if failure is not None:
-        return _fail(current, subject, now, *failure, observed)
+        return fail(current, subject, now, *failure, observed)
     ready = all(observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
     if ready and (observed.hosts or observed.environment is not None):
         # Where the arms run is known from here on, whatever happens next (it may explain a failure).
@@ -210,11 +249,11 @@ def _deploying(
     if differ_pods and s.analysis.fairness is spec.Fairness.FAIL:
         # Before the load: nothing would be measured but the difference.
         current = current.model_copy(update={"arm_differences": differ_pods})
-        return _fail(current, subject, now, "ArmsDiffer", fairness.message(differ_pods), observed)
+        return fail(current, subject, now, "ArmsDiffer", fairness.message(differ_pods), observed)
     if ready and observed.scraped is False:
         # Starting the load before Prometheus discovers the arms would lose the first stage's counters.
-        if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
-            return _fail(
+        if elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
+            return fail(
                 current,
                 subject,
                 now,
@@ -230,7 +269,7 @@ def _deploying(
         environment = _environment(s, observed)
         differ = environment.host_differences
         found = observed.degradations or []
-        entered = _enter(
+        entered = enter(
             current.model_copy(
                 update={
                     "environment": environment,
@@ -255,9 +294,9 @@ def _deploying(
         if differ_pods:
             entered.events.append(Event("Warning", "ArmsDiffer", fairness.message(differ_pods)))
         return entered
-    if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
+    if elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
         waiting = [arm.value for arm in spec.Arm if not observed.arms.get(arm, ArmState()).ready]
-        return _fail(
+        return fail(
             current,
             subject,
             now,
@@ -279,30 +318,36 @@ def _running(
 ) -> Decision:
     failure = failures.pod_failure(observed, now, timing, restarts_fail=True)
     if failure is not None:
-        return _fail(current, subject, now, *failure, observed)
+        return _during_load(observed, fail(current, subject, now, *failure, observed))
     disrupted = failures.arm_disruption(observed, current)
     if disrupted is not None:
-        return _fail(current, subject, now, "ArmDisrupted", disrupted, observed)
+        return _during_load(observed, fail(current, subject, now, "ArmDisrupted", disrupted, observed))
     job = observed.job
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
         if job.pod is not None and job.pod.last_terminated_reason:
             pod = job.pod
             detail += f" (load pod {pod.name}: {pod.last_terminated_reason}, exit {pod.last_exit_code})"
-        return _fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed)
+        return _during_load(
+            observed,
+            fail(current, subject, now, "LoadJobFailed", f"{detail}; read the load Job's log", observed),
+        )
     if job.succeeded:
-        return _enter(
+        return enter(
             current, subject, Phase.ANALYZING, now, "LoadFinished", "collecting and judging results", []
         )
-    if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
-        return _fail(
-            current,
-            subject,
-            now,
-            "RunDeadlineExceeded",
-            f"the load did not finish within spec.deadlines.run ({s.deadlines.run}); "
-            "lower requestsPerStage or raise the deadline",
+    if elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
+        return _during_load(
             observed,
+            fail(
+                current,
+                subject,
+                now,
+                "RunDeadlineExceeded",
+                f"the load did not finish within spec.deadlines.run ({s.deadlines.run}); "
+                "lower requestsPerStage or raise the deadline",
+                observed,
+            ),
         )
     return Decision(current, [Action.CREATE_LOAD])
 
@@ -314,7 +359,7 @@ def _analyzing(
     if outcome is None:
         return Decision(current)
     if isinstance(outcome, CollectFailure):
-        if outcome.transient and _elapsed(current, now) <= timing.analysis_grace:
+        if outcome.transient and elapsed(current, now) <= timing.analysis_grace:
             waiting = current.model_copy(
                 update={"reason": outcome.reason, "message": f"{RETRYING}{outcome.message}"}
             )
@@ -322,10 +367,10 @@ def _analyzing(
         if outcome.stages:
             kept = {"stages": outcome.stages, "speedup_summary": outcome.speedup_summary}
             current = current.model_copy(update={**kept, "validity": outcome.validity})
-        return _fail(current, subject, now, outcome.reason, outcome.message, observed)
+        return fail(current, subject, now, outcome.reason, outcome.message, observed)
     environment = outcome.environment or current.environment
     if outcome.next_round is not None:
-        return _start_round(subject, current, outcome, outcome.next_round, now)
+        return start_round(subject, current, outcome, outcome.next_round, now)
     done = current.model_copy(
         update={
             "phase": Phase.COMPLETED,
@@ -351,159 +396,14 @@ def _analyzing(
     done = with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
-    return Decision(done, _cleanup_actions(subject, done, observed), [event])
-
-
-# ------------------------------------------------------------------------------------- rounds
-
-
-def _start_round(
-    subject: Subject, current: ExperimentStatus, judged: Judgement, round_: Round, now: datetime
-) -> Decision:
-    """The judgement so far kept in status (no verdict: the round may still change it), and the
-    round's arms deployed; a search probe's load started at once (its arms stay as they are)."""
-    assert subject.spec is not None
-    interim = current.model_copy(
-        update={
-            "stages": judged.stages,
-            "recommendation": judged.recommendation,
-            "crossover": judged.crossover,
-            "search": judged.search,
-            "speedup_summary": judged.speedup_summary,
-            "validity": judged.validity,
-            "rounds": [*current.rounds, round_.model_copy(update={"started_at": ts(now)})],
-        }
-    )
-    message = rounds.describe(subject.spec, round_)
-    if round_.probe is not None:
-        return _enter(interim, subject, Phase.RUNNING, now, "SearchProbe", message, [Action.CREATE_LOAD])
-    return _enter(
-        interim, subject, Phase.DEPLOYING, now, f"{round_.name}Round", message, [Action.CREATE_ARMS]
-    )
-
-
-def _round_ready(observed: Observed, round_: Round) -> bool:
-    """The round's arms are Ready: those it starts again with a Ready pod rendered for it."""
-    started = rounds.started(round_)
-    for arm in spec.Arm:
-        state = observed.arms.get(arm, ArmState())
-        if arm not in started:
-            if not state.ready:
-                return False
-        elif not any(p.ready and p.round == round_.name for p in state.pods):
-            return False
-    return True
-
-
-def _round_deploying(
-    subject: Subject,
-    s: spec.ExperimentSpec,
-    current: ExperimentStatus,
-    round_: Round,
-    observed: Observed,
-    now: datetime,
-    timing: Timing,
-) -> Decision:
-    current = _with_arm_refs(subject, current, observed)
-    failure = failures.pod_failure(observed, now, timing) or failures.creation_refused(observed, now, timing)
-    if failure is not None:
-        return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
-    ready = _round_ready(observed, round_)
-    if ready and observed.scraped is not False:
-        return _enter(
-            current,
-            subject,
-            Phase.RUNNING,
-            now,
-            "LoadStarted",
-            f"{round_.name.lower()} round: the arms are Ready; running its load",
-            [Action.CREATE_LOAD],
-        )
-    if _elapsed(current, now) > timedelta(seconds=s.deadlines.deploy_seconds):
-        waiting = "Prometheus did not report the arms scraped" if ready else "the arms were not Ready"
-        return _round_failed(
-            subject,
-            current,
-            round_,
-            f"DeployDeadlineExceeded: {waiting} within spec.deadlines.deploy ({s.deadlines.deploy})",
-            observed,
-            now,
-        )
-    return Decision(current, [Action.CREATE_ARMS])
-
-
-def _round_running(
-    subject: Subject,
-    s: spec.ExperimentSpec,
-    current: ExperimentStatus,
-    round_: Round,
-    observed: Observed,
-    now: datetime,
-    timing: Timing,
-) -> Decision:
-    failure = failures.pod_failure(observed, now, timing, restarts_fail=True)
-    if failure is not None:
-        return _round_failed(subject, current, round_, f"{failure[0]}: {failure[1]}", observed, now)
-    disrupted = failures.arm_disruption(observed, current)
-    if disrupted is not None:
-        return _round_failed(subject, current, round_, f"ArmDisrupted: {disrupted}", observed, now)
-    job = observed.job
-    if job.failed:
-        detail = job.message or job.reason or "the load Job failed"
-        return _round_failed(subject, current, round_, f"LoadJobFailed: {detail}", observed, now)
-    if job.succeeded:
-        measured = _ended(current, round_, rounds.MEASURED, None)
-        what = f"{round_.name} probe" if round_.probe is not None else f"{round_.name.lower()} round"
-        return _enter(measured, subject, Phase.ANALYZING, now, "LoadFinished", f"{what}: judging", [])
-    if _elapsed(current, now) > timedelta(seconds=s.deadlines.run_seconds):
-        return _round_failed(
-            subject,
-            current,
-            round_,
-            f"RunDeadlineExceeded: the load did not finish within spec.deadlines.run ({s.deadlines.run})",
-            observed,
-            now,
-        )
-    return Decision(current, [Action.CREATE_LOAD])
-
-
-def _ended(current: ExperimentStatus, round_: Round, outcome: str, message: str | None) -> ExperimentStatus:
-    ended = round_.model_copy(update={"outcome": outcome, "message": message})
-    return current.model_copy(update={"rounds": [*current.rounds[:-1], ended]})
-
-
-def _round_failed(
-    subject: Subject,
-    current: ExperimentStatus,
-    round_: Round,
-    why: str,
-    observed: Observed,
-    now: datetime,
-) -> Decision:
-    """The round is over without a measurement; the stages are judged again, the round's check not
-    done (a probe: the search stops with the probes measured before it)."""
-    failed = _ended(current, round_, rounds.FAILED, why)
-    if round_.probe is not None:
-        message = f"the search's {round_.name} probe failed ({why}); the search stops there"
-    else:
-        message = f"the {round_.name.lower()} round failed ({why}); judging the stages without it"
-    decision = _enter(
-        failed,
-        subject,
-        Phase.ANALYZING,
-        now,
-        "RoundFailed",
-        message,
-        [Action.DELETE_LOAD] if observed.job.exists else [],
-    )
-    decision.events[0] = Event("Warning", "RoundFailed", decision.status.message or "")
-    return decision
+    store = [Action.STORE_REPORT] if outcome.report is not None else []
+    return Decision(done, [*store, *cleanup_actions(subject, done, observed)], [event], outcome.report)
 
 
 def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
     """Failed with reason Aborted; both arms and the load Job are deleted whatever `spec.cleanup` says."""
     was = current.phase.value
-    failed = _fail(
+    failed = fail(
         current,
         subject,
         now,
@@ -515,80 +415,24 @@ def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now:
         actions.append(Action.CLEANUP_ARMS)
     if observed.job.exists:
         actions.append(Action.DELETE_LOAD)
-    return Decision(failed.status, actions, failed.events)
+    ended = Decision(failed.status, actions, failed.events)
+    if current.phase is not Phase.RUNNING or rounds.current(current) is not None or subject.spec is None:
+        return ended
+    return _during_load(observed, ended)  # a run aborted during the load keeps what it finished
+
+
+def _during_load(observed: Observed, failed: Decision) -> Decision:
+    """A failure of the stages' load: the stages its Job stored are read first (`finished.py`)."""
+    if not observed.job.stored:
+        return failed
+    return replace(failed, actions=[Action.KEEP_FINISHED_STAGES, *failed.actions])
 
 
 def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed) -> Decision:
-    return Decision(current, _cleanup_actions(subject, current, observed))
-
-
-def _cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Observed) -> list[Action]:
-    if subject.spec is None or not any(a.exists for a in observed.arms.values()):
-        return []
-    policy = subject.spec.cleanup
-    if policy is spec.Cleanup.ALWAYS or (
-        policy is spec.Cleanup.ON_SUCCESS and current.phase is Phase.COMPLETED
-    ):
-        return [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
-    return [Action.RELEASE_ARMS]  # arms kept on purpose need no protection from drains
+    return Decision(current, cleanup_actions(subject, current, observed))
 
 
 # -------------------------------------------------------------------------------------- helpers
-
-
-def _enter(
-    current: ExperimentStatus,
-    subject: Subject,
-    phase: Phase,
-    now: datetime,
-    reason: str,
-    message: str,
-    actions: list[Action],
-) -> Decision:
-    moved = current.model_copy(
-        update={"phase": phase, "reason": reason, "message": message, "phase_started_at": ts(now)}
-    )
-    moved = with_conditions(moved, subject.generation, now, previous=current)
-    return Decision(moved, actions, [Event("Normal", reason, f"{phase.value}: {message}")])
-
-
-def _fail(
-    current: ExperimentStatus,
-    subject: Subject,
-    now: datetime,
-    reason: str,
-    message: str,
-    observed: Observed | None = None,
-) -> Decision:
-    failed = current.model_copy(
-        update={
-            "phase": Phase.FAILED,
-            "verdict": None,
-            "reason": reason,
-            "message": message,
-            "completed_at": ts(now),
-            "phase_started_at": ts(now),
-        }
-    )
-    failed = with_conditions(failed, subject.generation, now, previous=current)
-    actions = _cleanup_actions(subject, failed, observed or Observed())
-    return Decision(failed, actions, [Event("Warning", reason, message)])
-
-
-def _with_arm_refs(subject: Subject, current: ExperimentStatus, observed: Observed) -> ExperimentStatus:
-    """`status.arms`: both arms' Deployments and the pods they serve from."""
-    arms = status.Arms(
-        control=_arm_ref(subject.name, spec.Arm.CONTROL, observed),
-        treatment=_arm_ref(subject.name, spec.Arm.TREATMENT, observed),
-    )
-    return current.model_copy(update={"arms": arms})
-
-
-def _arm_ref(name: str, arm: spec.Arm, observed: Observed) -> status.ArmRef:
-    state = observed.arms.get(arm, ArmState())
-    # The Ready one (one replica, recreated: there is at most one other, starting or terminating).
-    pod = next((p.name for p in state.pods if p.ready), state.pods[0].name if state.pods else None)
-    return status.ArmRef(deployment=f"{name}-{arm.value}", ready_replicas=state.ready_replicas, pod=pod)
 
 
 def _arm_differences(observed: Observed) -> list[status.ArmDifference]:
@@ -615,9 +459,3 @@ def _environment(s: spec.ExperimentSpec, observed: Observed) -> status.Environme
         control=observed.hosts.get(spec.Arm.CONTROL), treatment=observed.hosts.get(spec.Arm.TREATMENT)
     )
     return placement.with_hosts(environment, hosts)
-
-
-def _elapsed(current: ExperimentStatus, now: datetime) -> timedelta:
-    if not current.phase_started_at:
-        return timedelta(0)
-    return now - datetime.fromisoformat(current.phase_started_at)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from specdecode.experiment import fairness, spec, status
 from specdecode.experiment.status import ExperimentStatus, Round, Verdict
@@ -34,6 +35,13 @@ class Action(StrEnum):
     DELETE_LOAD = "DeleteLoad"
     """Delete the load Job of the last round (the stages' Job when no round was started) and its
     pod: an abort, or a round that failed (the load stops now)."""
+    KEEP_FINISHED_STAGES = "KeepFinishedStages"
+    """The run failed during the load, whose Job had stored results: read the stages it finished
+    (`Finished`), which `reconcile.keep_finished` folds into the failure (the failure stands)."""
+    STORE_REPORT = "StoreReport"
+    """Store the report the shell prepared (`Report`) where status.resultsRef says: the operator's
+    ConfigMap `<exp>-report`, `run --local`'s DIR/report.html and result.json. Before the status is
+    persisted: a report that cannot be stored is a fault of the tick (`reconcile.decide_after_fault`)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,30 @@ class ArmState:
 
 
 @dataclass(frozen=True)
+class Report:
+    """A report the shell prepared while it judged, stored only when decide() ends the experiment
+    with it (`Action.STORE_REPORT`)."""
+
+    html: str | None = None
+    """report.html, rendered while the run's records were at hand (the operator renders it in its
+    analysis thread, within the memory bound of a collection); None: rendered when stored, from the
+    decided status (`run --local`, whose records stay in memory)."""
+    result: dict[str, Any] | None = None
+    """result.json as rendered with `html`: the status the report shows."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a load that failed had finished, read because decide() asked (`Action.KEEP_FINISHED_STAGES`)."""
+
+    stages: list[status.StageResult] = field(default_factory=list)
+    """The stages both arms finished, judged; empty: none, or their results could not be read."""
+    results_ref: status.ResultsRef | None = None
+    """Where their report goes."""
+    report: Report | None = None
+
+
+@dataclass(frozen=True)
 class JobState:
     """The load Job."""
 
@@ -90,6 +122,9 @@ class JobState:
     reason: str | None = None
     message: str | None = None
     pod: PodState | None = None
+    stored: bool = False
+    """The Job has stored results for this generation (the load stores them after every stage): a
+    load that fails still leaves the stages it finished (`Action.KEEP_FINISHED_STAGES`)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +150,9 @@ class Judgement:
     """What the treatment's log says vLLM weakened, read by the shell at the end (`run --local`,
     whose treatment may start only after the Running entry: one GPU); None: as read when the load
     started (`Observed.degradations`)."""
+    report: Report | None = None
+    """The report of this judgement, stored if the experiment ends with it (`Action.STORE_REPORT`);
+    None: none to store."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +180,8 @@ class Fault:
     message: str
     permanent: bool = False
     """Retrying cannot help (the API server refused an object as invalid): fail at once."""
+    action: Action | None = None
+    """The decision's action that raised (None: observing or deciding raised)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +235,8 @@ class Decision:
     status: ExperimentStatus
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    report: Report | None = None
+    """What `Action.STORE_REPORT` stores."""
 
 
 @dataclass(frozen=True)

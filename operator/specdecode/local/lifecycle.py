@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -71,7 +72,7 @@ def drive(
             for action in decision.actions:
                 world.carry_out(action, decision.status)
         except Failure as exc:
-            fault = _fault(exc)
+            fault = replace(_fault(exc), action=action)
             if decision.status.phase.is_terminal:  # its cleanup failed: the message says so
                 ended = reconcile.decide_after_fault(subject, current, fault, now, attempted=decision)
                 world.decided(ended)

@@ -249,6 +249,8 @@ class _Run:
         """The status the core decided last (an interruption ends the run from it)."""
         self.written: ExperimentStatus | None = None
         """The status last written to result.json (its conditions' transition times carry over)."""
+        self.written_for: ExperimentStatus | None = None
+        """The status `written` was written for."""
 
     # ------------------------------------------------------------------------------------- phases
 
@@ -271,13 +273,20 @@ class _Run:
         return reconcile.Observed(
             arms={arm: self._arm_state(arm) for arm in spec.Arm},
             job=reconcile.JobState(exists=loaded, succeeded=loaded),
-            analysis=self.analysis if current.phase is Phase.ANALYZING else None,
+            # its report: rendered when stored (STORE_REPORT), from the decided status
+            analysis=_reported(self.analysis) if current.phase is Phase.ANALYZING else None,
             environment=self.environment,
         )
 
     def carry_out(self, action: reconcile.Action, decided: ExperimentStatus) -> None:
         """CreateArms and CreateLoad once each for the stages and for each round (they block until
-        done); DeleteLoad is done (a load has ended before the next tick); the rest at the run's end."""
+        done); StoreReport writes result.json and the report of the decided status; DeleteLoad is
+        done (a load has ended before the next tick); the rest at the run's end. (KeepFinishedStages
+        is never asked: the load runs to its end inside CreateLoad, and an interrupted one keeps its
+        stages itself, `interrupted`.)"""
+        if action is reconcile.Action.STORE_REPORT:
+            self._write(decided)
+            return
         arms = self.arms
         round_ = rounds.current(decided)
         name = round_.name if round_ is not None else None
@@ -894,7 +903,11 @@ class _Run:
 
     def _write(self, final: ExperimentStatus) -> ExperimentStatus:
         """result.json and the report of `final`, the status the core decided (or one changed after
-        it: the confirmation round's outcome, an interruption), its conditions brought up to date."""
+        it: the confirmation round's outcome, an interruption), its conditions brought up to date;
+        once per status (StoreReport wrote the one the run ends with)."""
+        if self.written is not None and final == self.written_for:
+            return self.written
+        self.written_for = final
         if final.results_ref is None:
             final = final.model_copy(update={"results_ref": self._results_ref()})
         final = conditions.with_conditions(
@@ -942,6 +955,15 @@ class _Run:
         warning = placement.warning(self.environment)
         if warning is not None and self.in_turn:  # side by side, the core warns as the load starts
             self.view.message(f"warning: {warning}")
+
+
+def _reported(
+    analysis: reconcile.Judgement | reconcile.CollectFailure | None,
+) -> reconcile.Judgement | reconcile.CollectFailure | None:
+    """A judgement with its report to store: rendered by `_Run._write` from the decided status."""
+    if isinstance(analysis, reconcile.Judgement):
+        return dataclasses.replace(analysis, report=reconcile.Report())
+    return analysis
 
 
 def _arm_host(
