@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import pairwise
 from typing import Literal
 
 import numpy as np
@@ -291,6 +292,10 @@ def quantile_speedups(
 
 #: resampled draws held at once by `bootstrap_quantiles` (8 MiB of counts)
 BOOTSTRAP_CHUNK = 1 << 20
+#: `bootstrap_quantiles` sums a resample's counts in order only in a window of ranks around each
+#: quantile's order statistics, this many standard deviations of the count below a rank wide on
+#: either side (plus 16 ranks); a row whose statistic lies outside (~1 in 10^6) is summed in full
+BOOTSTRAP_WINDOW_SD = 5.0
 
 
 def bootstrap_quantiles(
@@ -301,9 +306,12 @@ def bootstrap_quantiles(
     (the same draws, order statistics and linear interpolation), shape (len(q), B).
 
     Without forming `sample[idx]` (B x n floats, 200 MB at 12,500 pairs, and a partition of it
-    per quantile call): the draws come `BOOTSTRAP_CHUNK` at a time, each row's draws are counted
-    per rank of the sorted sample, and the order statistics are read off the running counts. About
-    2.5x less CPU at 10,000 pairs and bounded memory (benchmarks/README.md, "Results at scale")."""
+    per quantile call): the draws come `BOOTSTRAP_CHUNK` at a time and each row's draws are counted
+    per index, once for all samples. A row's order statistic of rank k is the sample's value at the
+    first rank whose running count (the counts summed over the sample's ranks in order) exceeds k;
+    that running count is needed only near k, so it is summed in order only over a window of ranks
+    around each quantile, from the plain sum of the counts below the window (benchmarks/README.md,
+    "Results at scale")."""
     n = len(samples[0])
     virtual = (n - 1) * np.asarray(q, dtype=np.float64)  # numpy's "linear" method
     previous = np.floor(virtual)
@@ -311,24 +319,35 @@ def bootstrap_quantiles(
     previous[virtual >= n - 1] = nxt[virtual >= n - 1] = n - 1
     previous_i, next_i = previous.astype(np.intp), nxt.astype(np.intp)
     gamma = virtual - np.where(virtual >= n - 1, -1, previous_i)  # as numpy's (-1 there: any gamma)
-    wanted = np.concatenate([previous_i, next_i])
+    # each quantile's window of ranks [lo, hi), where its two order statistics are looked for
+    share = (previous_i + 1) / n
+    reach = np.ceil(BOOTSTRAP_WINDOW_SD * np.sqrt(n * share * (1 - share))).astype(np.intp) + 16
+    lo, hi = np.maximum(previous_i - reach, 0), np.minimum(next_i + reach + 1, n)
     ranked = []
     for sample in samples:
         order = np.argsort(sample, kind="stable")
-        rank = np.empty(n, dtype=np.intp)
-        rank[order] = np.arange(n)
-        ranked.append((np.asarray(sample)[order], rank))
+        ranked.append((np.asarray(sample)[order], order))
     stats_of: list[list[FloatArray]] = [[] for _ in samples]
     rows = max(1, BOOTSTRAP_CHUNK // n)
     for start in range(0, BOOTSTRAP_RESAMPLES, rows):
         m = min(rows, BOOTSTRAP_RESAMPLES - start)
         idx = rng.integers(0, n, size=(m, n))
-        offsets = np.arange(m)[:, None]
-        for (ordered, rank), out in zip(ranked, stats_of, strict=True):
-            counts = np.bincount((rank[idx] + offsets * n).ravel(), minlength=m * n).reshape(m, n)
-            cum = np.cumsum(counts, axis=1) + offsets * (n + 1)  # rows kept apart, each increasing
-            at = np.searchsorted(cum.ravel(), wanted[None, :] + offsets * (n + 1), side="right")
-            out.append(ordered[at - offsets * n])  # (m, 2 len(q)): the order statistics of each row
+        idx += np.arange(m)[:, None] * n
+        counts = np.bincount(idx.ravel(), minlength=m * n).reshape(m, n)
+        for (ordered, order), out in zip(ranked, stats_of, strict=True):
+            by_rank = np.take(counts, order, axis=1)  # each row's draws per rank of the sorted sample
+            at = np.empty((m, 2, len(q)), dtype=np.intp)  # the ranks of each row's order statistics
+            # the counts below each window, summed between the windows' starts in rank order
+            starts = np.unique(lo)
+            below = np.cumsum([by_rank[:, a:b].sum(axis=1) for a, b in pairwise([0, *starts])], axis=0)
+            for i in range(len(q)):
+                under = below[np.searchsorted(starts, lo[i])]
+                running = np.cumsum(by_rank[:, lo[i] : hi[i]], axis=1) + under[:, None]
+                for j, k in enumerate((previous_i[i], next_i[i])):
+                    at[:, j, i] = lo[i] + np.count_nonzero(running <= k, axis=1)
+                    for r in np.flatnonzero((under > k) | (running[:, -1] <= k)):  # outside the window
+                        at[r, j, i] = np.searchsorted(np.cumsum(by_rank[r]), k, side="right")
+            out.append(ordered[at.reshape(m, -1)])  # (m, 2 len(q)): the order statistics of each row
     result = []
     for chunks in stats_of:
         order_stats = np.concatenate(chunks).T  # (2 len(q), B)
