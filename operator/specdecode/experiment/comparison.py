@@ -323,6 +323,7 @@ def bootstrap_quantiles(
     share = (previous_i + 1) / n
     reach = np.ceil(BOOTSTRAP_WINDOW_SD * np.sqrt(n * share * (1 - share))).astype(np.intp) + 16
     lo, hi = np.maximum(previous_i - reach, 0), np.minimum(next_i + reach + 1, n)
+    starts = np.unique(lo)  # the windows' starts, in rank order
     ranked = []
     for sample in samples:
         order = np.argsort(sample, kind="stable")
@@ -337,8 +338,7 @@ def bootstrap_quantiles(
         for (ordered, order), out in zip(ranked, stats_of, strict=True):
             by_rank = np.take(counts, order, axis=1)  # each row's draws per rank of the sorted sample
             at = np.empty((m, 2, len(q)), dtype=np.intp)  # the ranks of each row's order statistics
-            # the counts below each window, summed between the windows' starts in rank order
-            starts = np.unique(lo)
+            # the counts below each window, summed between the windows' starts
             below = np.cumsum([by_rank[:, a:b].sum(axis=1) for a, b in pairwise([0, *starts])], axis=0)
             for i in range(len(q)):
                 under = below[np.searchsorted(starts, lo[i])]
