@@ -1,8 +1,9 @@
-"""Keeping the load generator's event loop on time, and measuring how late it runs.
+"""The load generator's event loop: which one it runs on, keeping it on time, measuring how late it runs.
 
-Every stamp and every send of the load generator happens on one event loop; a turn of the loop
-that runs long delays them all. `SendGate` spreads a burst of closed-loop sends over several
-turns; `tick_lags` measures the loop's lag, which the run's validity reads (`summary.py`).
+Every stamp and every send of the load generator happens on one event loop (uvloop's where
+installed: `loop_factory`); a turn of the loop that runs long delays them all. `SendGate` spreads a
+burst of closed-loop sends over several turns; `tick_lags` measures the loop's lag, which the run's
+validity reads (`summary.py`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 
 #: the loop-lag ticker's period
 TICK_S = 0.010
 #: closed loop: sends released per event-loop iteration (see `SendGate.turn`)
 SENDS_PER_ITERATION = 8
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when installed (for `asyncio.Runner(loop_factory=...)`), else None."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def tick_lags(lags: list[float]) -> None:

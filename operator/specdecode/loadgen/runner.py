@@ -30,7 +30,7 @@ Outputs under `out_dir` (nothing elsewhere):
 - `loadgen-summary.json`: per-stage/arm summaries, metric definitions, validity (`summary.py`).
 
 Beside this module: one request's record (`recording.py`), the HTTP client (`http.py` over
-`connection.py`), the closed loop's send gate and the loop-lag ticker (`eventloop.py`), the arms'
+`connection.py`), the event loop, its send gate and lag ticker (`eventloop.py`), the arms'
 `/metrics` scrapes (`scrape.py`).
 """
 
@@ -417,14 +417,6 @@ class _Run:
             for arm in self.arms:
                 self._spawn(st, worker(arm, slot))
 
-    async def _watch_gauges(self, st: _StageState) -> None:
-        while True:
-            await asyncio.sleep(self.plan.scrape_interval_s)
-            for arm, snap in (await scrape.snapshots(self.metric_pools, self.arms)).items():
-                value = snap.values.get(scrape.KV_USAGE) if snap else None
-                if value is not None:
-                    st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
-
     async def _stage(self, sp: StagePlan, position: int) -> None:
         st = _StageState(sp)
         self.current = st
@@ -434,7 +426,10 @@ class _Run:
         before = await scrape.snapshots(self.metric_pools, self.arms) if scraping else {}
         watcher = None
         if scraping and self.plan.scrape_interval_s > 0:
-            watcher = asyncio.get_running_loop().create_task(self._watch_gauges(st))
+            watch = scrape.watch_kv_usage(
+                self.metric_pools, self.arms, self.plan.scrape_interval_s, st.kv_max
+            )
+            watcher = asyncio.get_running_loop().create_task(watch)
         # connections ready before the first send (open loop: a guess; closed loop: exact)
         warm = sp.concurrency if sp.concurrency else min(256, max(4, int((sp.rate or 1) * 2)))
         await asyncio.gather(*(self.pools[arm].prewarm(warm) for arm in self.arms))
@@ -457,10 +452,7 @@ class _Run:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
         after = await scrape.snapshots(self.metric_pools, self.arms) if scraping else {}
-        for arm, snap in after.items():
-            value = snap.values.get(scrape.KV_USAGE) if snap else None
-            if value is not None:
-                st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
+        scrape.note_kv_usage(after, st.kv_max)
         self._flush_pending(st)
         window = self._window(st)
         if scraping:
@@ -531,15 +523,6 @@ class _Run:
             for pool in [*self.pools.values(), *self.metric_pools.values()]:
                 pool.close()
         return RunResult(self.out_dir, self.anchor, self.windows, self.summary, self.written, interrupted)
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory when installed (for `asyncio.Runner(loop_factory=...)`), else None."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 async def run(

@@ -122,3 +122,23 @@ async def snapshots(
     """Every arm's `/metrics` at once."""
     snaps = await asyncio.gather(*(snapshot(pools[arm], arm) for arm in arms))
     return dict(zip(arms, snaps, strict=True))
+
+
+def note_kv_usage(snaps: Mapping[spec.Arm, Snapshot | None], kv_max: dict[spec.Arm, float]) -> None:
+    """Keep in `kv_max` each arm's highest `vllm:kv_cache_usage_perc` seen so far."""
+    for arm, snap in snaps.items():
+        value = snap.values.get(KV_USAGE) if snap else None
+        if value is not None:
+            kv_max[arm] = max(kv_max.get(arm, 0.0), value)
+
+
+async def watch_kv_usage(
+    pools: Mapping[spec.Arm, http.Pool],
+    arms: Sequence[spec.Arm],
+    interval_s: float,
+    kv_max: dict[spec.Arm, float],
+) -> None:
+    """Until cancelled: scrape the arms every `interval_s` seconds, keeping the KV-cache peak (`note_kv_usage`)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        note_kv_usage(await snapshots(pools, arms), kv_max)
