@@ -30,7 +30,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import pairwise
 from typing import Literal
 
 import numpy as np
@@ -310,8 +309,9 @@ def bootstrap_quantiles(
     per index, once for all samples. A row's order statistic of rank k is the sample's value at the
     first rank whose running count (the counts summed over the sample's ranks in order) exceeds k;
     that running count is needed only near k, so it is summed in order only over a window of ranks
-    around each quantile, from the plain sum of the counts below the window (benchmarks/README.md,
-    "Results at scale")."""
+    around each quantile, from the count below the window. Those counts, of every window in every
+    sample, come from one sum per group of indices (grouped by the window starts their ranks reach
+    in each sample) (benchmarks/README.md, "Results at scale")."""
     n = len(samples[0])
     virtual = (n - 1) * np.asarray(q, dtype=np.float64)  # numpy's "linear" method
     previous = np.floor(virtual)
@@ -324,10 +324,22 @@ def bootstrap_quantiles(
     reach = np.ceil(BOOTSTRAP_WINDOW_SD * np.sqrt(n * share * (1 - share))).astype(np.intp) + 16
     lo, hi = np.maximum(previous_i - reach, 0), np.minimum(next_i + reach + 1, n)
     starts = np.unique(lo)  # the windows' starts, in rank order
-    ranked = []
+    # each index's group: for every sample, how many window starts its rank reaches (a rank below
+    # starts[e] reaches at most e of them), so that one sum per group gives every count below a window
+    ranked, group = [], np.zeros(n, dtype=np.intp)
     for sample in samples:
         order = np.argsort(sample, kind="stable")
+        rank = np.empty(n, dtype=np.intp)
+        rank[order] = np.arange(n)
         ranked.append((np.asarray(sample)[order], order))
+        group = group * (len(starts) + 1) + np.searchsorted(starts, rank, side="right")
+    by_group = np.argsort(group, kind="stable")
+    groups, firsts = np.unique(group[by_group], return_index=True)
+    reached = [
+        groups // (len(starts) + 1) ** (len(samples) - 1 - s) % (len(starts) + 1) for s in range(len(samples))
+    ]
+    # below[s][e, g]: whether group g's indices rank below starts[e] in sample s
+    below = [(reached_s[None, :] <= np.arange(len(starts))[:, None]).astype(np.intp) for reached_s in reached]
     stats_of: list[list[FloatArray]] = [[] for _ in samples]
     rows = max(1, BOOTSTRAP_CHUNK // n)
     for start in range(0, BOOTSTRAP_RESAMPLES, rows):
@@ -335,18 +347,17 @@ def bootstrap_quantiles(
         idx = rng.integers(0, n, size=(m, n))
         idx += np.arange(m)[:, None] * n
         counts = np.bincount(idx.ravel(), minlength=m * n).reshape(m, n)
-        for (ordered, order), out in zip(ranked, stats_of, strict=True):
-            by_rank = np.take(counts, order, axis=1)  # each row's draws per rank of the sorted sample
+        sums = np.add.reduceat(np.take(counts, by_group, axis=1), firsts, axis=1)  # (m, groups)
+        for (ordered, order), below_s, out in zip(ranked, below, stats_of, strict=True):
+            unders = sums @ below_s.T  # (m, starts): each row's draws ranking below each window
             at = np.empty((m, 2, len(q)), dtype=np.intp)  # the ranks of each row's order statistics
-            # the counts below each window, summed between the windows' starts
-            below = np.cumsum([by_rank[:, a:b].sum(axis=1) for a, b in pairwise([0, *starts])], axis=0)
             for i in range(len(q)):
-                under = below[np.searchsorted(starts, lo[i])]
-                running = np.cumsum(by_rank[:, lo[i] : hi[i]], axis=1) + under[:, None]
+                under = unders[:, np.searchsorted(starts, lo[i])]
+                running = np.cumsum(np.take(counts, order[lo[i] : hi[i]], axis=1), axis=1) + under[:, None]
                 for j, k in enumerate((previous_i[i], next_i[i])):
                     at[:, j, i] = lo[i] + np.count_nonzero(running <= k, axis=1)
                     for r in np.flatnonzero((under > k) | (running[:, -1] <= k)):  # outside the window
-                        at[r, j, i] = np.searchsorted(np.cumsum(by_rank[r]), k, side="right")
+                        at[r, j, i] = np.searchsorted(np.cumsum(counts[r, order]), k, side="right")
             out.append(ordered[at.reshape(m, -1)])  # (m, 2 len(q)): the order statistics of each row
     result = []
     for chunks in stats_of:
