@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from specdecode.experiment import records, spec
+from specdecode.loadgen import eventloop, runner, sse, summary
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner, sse, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "loadgen" / "fakevllm.py"
@@ -187,7 +187,7 @@ def make_plan(
 
 
 def run_plan(plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path) -> runner.RunResult:
-    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
         return loop.run(runner.run(plan, endpoints, out))
 
 
@@ -246,7 +246,7 @@ def httpx_error(kind: str, streams: int, *, realtime: bool, python: str) -> dict
 
                 await asyncio.gather(*(worker() for _ in range(streams)))
 
-        with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+        with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
             loop.run(main())
         truth = srv.truth()
     ttft_err, tpot_err = [], []

@@ -11,7 +11,8 @@ excluded) are the figures:
 
 `--format v1` is main's format before version 2 (gzip'd JSON of the three files, every record parsed
 into a `RequestRecord`; run with its inflation limit lifted, since the operator's default 48 MiB
-refuses it), `--format v2` the packed columns (results.py). One JSON line per format.
+refuses it), `--format v2` the packed columns (results.py). One JSON line per format, with the
+verdict, each stage's verdict and speed-up interval, and a digest of the whole status (`status_sha256`).
 
     nice .venv/bin/python benchmarks/scale/results_100k.py --records 100000 --format v2 v1
 """
@@ -19,6 +20,7 @@ refuses it), `--format v2` the packed columns (results.py). One JSON line per fo
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pickle
 import resource
@@ -118,7 +120,7 @@ def pack(directory: Path, fmt: str, parts_path: Path) -> dict[str, Any]:
 def judge(parts_path: Path, spec_doc: dict[str, Any]) -> dict[str, Any]:
     """In this process: the operator's side, parts -> records -> verdict -> report."""
     from specdecode import results
-    from specdecode.experiment import status, validation, verdict
+    from specdecode.experiment import status, validation, validity, verdict
     from specdecode.report import page
 
     spec, _ = validation.parse_experiment(
@@ -134,7 +136,7 @@ def judge(parts_path: Path, spec_doc: dict[str, Any]) -> dict[str, Any]:
     recs, _, windows, summary = results.parse(results.unpack(parts, max_bytes=2**40))
     del parts
     t1 = cpu()
-    analysis = verdict.analyse(spec, recs, windows, validity=summary.get("validity"))
+    analysis = verdict.analyse(spec, recs, windows, validity=validity.Validity.of_summary(summary))
     t2 = cpu()
     judged = analysis.apply(status.ExperimentStatus())
     page.render_html(judged, recs, windows, spec, name="exp")
@@ -142,6 +144,14 @@ def judge(parts_path: Path, spec_doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "records": len(recs),
         "verdict": str(analysis.verdict or analysis.reason),
+        # the stages' figures, and a digest of the whole status: a change to the analysis's CPU
+        # must leave both as they were
+        "stages": {
+            st.name: [str(st.verdict), st.speedup.estimate, st.speedup.ci_low, st.speedup.ci_high]
+            for st in judged.stages
+            if st.speedup is not None
+        },
+        "status_sha256": hashlib.sha256(judged.model_dump_json(by_alias=True).encode()).hexdigest()[:16],
         "unpack_cpu_s": round(t1 - t0, 2),
         "analyse_cpu_s": round(t2 - t1, 2),
         "render_cpu_s": round(t3 - t2, 2),

@@ -1,6 +1,6 @@
-"""Every error class a record can carry is produced by a real exchange with the fake server (#23):
-the classes `test_runner.py` did not reach (a 4xx answer, a request timeout, a response that is
-not HTTP), each next to one it could be confused with."""
+"""Every error class a record can carry (`recording.error_class`) is produced by a real exchange with
+the fake server (#23): the classes `test_runner.py` did not reach (a 4xx answer, a request timeout, a
+response that is not HTTP), each next to one it could be confused with."""
 
 from __future__ import annotations
 

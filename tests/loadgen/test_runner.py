@@ -15,8 +15,8 @@ import pytest
 
 from specdecode import cli, exit_status
 from specdecode.experiment import records, sequential, spec
+from specdecode.loadgen import eventloop, runner, summary
 from specdecode.loadgen import plan as plan_mod
-from specdecode.loadgen import runner, summary
 
 from .conftest import FakeServer, realtime
 
@@ -37,7 +37,7 @@ def make_spec(**workload: Any) -> spec.ExperimentSpec:
 
 
 def run(plan: plan_mod.Plan, endpoints: dict[str, runner.Endpoint], out: Path, **kw: Any) -> runner.RunResult:
-    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
         return loop.run(runner.run(plan, endpoints, out, **kw))
 
 
@@ -212,7 +212,7 @@ def test_an_interrupted_run_keeps_what_it_measured(fake_server: Start, tmp_path:
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
         loop.run(main())
     recs = read_records(tmp_path)
     assert sum(r.ok for r in recs) >= 20
@@ -385,7 +385,7 @@ def test_a_wrongly_shaped_chunk_is_an_error_record_and_the_run_finishes(
     async def bounded() -> runner.RunResult:
         return await asyncio.wait_for(runner.run(plan, endpoints, out), timeout=30)
 
-    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
         result = loop.run(bounded())
     assert len(read_records(out)) == 16
     for arm in ("control", "treatment"):

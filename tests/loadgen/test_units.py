@@ -16,9 +16,12 @@ from scipy import stats
 from specdecode.experiment import records, spec, verdict
 from specdecode.loadgen import (
     command,
+    connection,
+    eventloop,
     http,
     pacer,
     plan,
+    recording,
     runner,
     schedule,
     scrape,
@@ -27,7 +30,7 @@ from specdecode.loadgen import (
     summary,
     workload,
 )
-from specdecode.loadgen.runner import diverges_at
+from specdecode.loadgen.recording import diverges_at
 
 # ------------------------------------------------------------------------------------------ schedule
 
@@ -267,9 +270,9 @@ class _Transport:
         return self.closed
 
 
-def _feed(pieces: list[bytes]) -> http.Response:
-    async def main() -> http.Response:
-        conn = http._Connection()
+def _feed(pieces: list[bytes]) -> connection.Response:
+    async def main() -> connection.Response:
+        conn = connection.Connection()
         conn.connection_made(_Transport())  # type: ignore[arg-type]
         fut = conn.start(b"GET / HTTP/1.1\r\n\r\n")
         for p in pieces:
@@ -602,7 +605,7 @@ def test_the_loop_lag_is_how_late_each_tick_woke_in_milliseconds() -> None:
 
     async def main() -> list[float]:
         lags: list[float] = []
-        ticker = asyncio.get_running_loop().create_task(runner.tick_lags(lags))
+        ticker = asyncio.get_running_loop().create_task(eventloop.tick_lags(lags))
         await asyncio.sleep(0.2)
         ticker.cancel()
         return lags
@@ -666,8 +669,8 @@ def test_progress_prints_a_count_every_tenth_of_a_stage() -> None:
 )
 def test_a_reply_s_status_is_an_error_class_from_400_on(status: int, expected: str | None) -> None:
     """The 4xx class starts at 400, not below (mutation benchmark survivor in runner: `>= 399`)."""
-    ex = http.Exchange(response=http.Response(status=status))
-    assert runner.error_class(ex, None) == expected
+    ex = http.Exchange(response=connection.Response(status=status))
+    assert recording.error_class(ex, None) == expected
 
 
 @pytest.mark.parametrize("q", [0.0, 0.1, 0.25, 0.4, 0.5, 0.7, 0.9, 0.99, 1.0])

@@ -291,6 +291,10 @@ def quantile_speedups(
 
 #: resampled draws held at once by `bootstrap_quantiles` (8 MiB of counts)
 BOOTSTRAP_CHUNK = 1 << 20
+#: `bootstrap_quantiles` sums a resample's counts in order only in a window of ranks around each
+#: quantile's order statistics, this many standard deviations of the count below a rank wide on
+#: either side (plus 16 ranks); a row whose statistic lies outside (~1 in 10^6) is summed in full
+BOOTSTRAP_WINDOW_SD = 5.0
 
 
 def bootstrap_quantiles(
@@ -301,9 +305,13 @@ def bootstrap_quantiles(
     (the same draws, order statistics and linear interpolation), shape (len(q), B).
 
     Without forming `sample[idx]` (B x n floats, 200 MB at 12,500 pairs, and a partition of it
-    per quantile call): the draws come `BOOTSTRAP_CHUNK` at a time, each row's draws are counted
-    per rank of the sorted sample, and the order statistics are read off the running counts. About
-    2.5x less CPU at 10,000 pairs and bounded memory (benchmarks/README.md, "Results at scale")."""
+    per quantile call): the draws come `BOOTSTRAP_CHUNK` at a time and each row's draws are counted
+    per index, once for all samples. A row's order statistic of rank k is the sample's value at the
+    first rank whose running count (the counts summed over the sample's ranks in order) exceeds k;
+    that running count is needed only near k, so it is summed in order only over a window of ranks
+    around each quantile, from the count below the window. Those counts, of every window in every
+    sample, come from one sum per group of indices (grouped by the window starts their ranks reach
+    in each sample) (benchmarks/README.md, "Results at scale")."""
     n = len(samples[0])
     virtual = (n - 1) * np.asarray(q, dtype=np.float64)  # numpy's "linear" method
     previous = np.floor(virtual)
@@ -311,24 +319,46 @@ def bootstrap_quantiles(
     previous[virtual >= n - 1] = nxt[virtual >= n - 1] = n - 1
     previous_i, next_i = previous.astype(np.intp), nxt.astype(np.intp)
     gamma = virtual - np.where(virtual >= n - 1, -1, previous_i)  # as numpy's (-1 there: any gamma)
-    wanted = np.concatenate([previous_i, next_i])
-    ranked = []
+    # each quantile's window of ranks [lo, hi), where its two order statistics are looked for
+    share = (previous_i + 1) / n
+    reach = np.ceil(BOOTSTRAP_WINDOW_SD * np.sqrt(n * share * (1 - share))).astype(np.intp) + 16
+    lo, hi = np.maximum(previous_i - reach, 0), np.minimum(next_i + reach + 1, n)
+    starts = np.unique(lo)  # the windows' starts, in rank order
+    # each index's group: for every sample, how many window starts its rank reaches (a rank below
+    # starts[e] reaches at most e of them), so that one sum per group gives every count below a window
+    ranked, group = [], np.zeros(n, dtype=np.intp)
     for sample in samples:
         order = np.argsort(sample, kind="stable")
         rank = np.empty(n, dtype=np.intp)
         rank[order] = np.arange(n)
-        ranked.append((np.asarray(sample)[order], rank))
+        ranked.append((np.asarray(sample)[order], order))
+        group = group * (len(starts) + 1) + np.searchsorted(starts, rank, side="right")
+    by_group = np.argsort(group, kind="stable")
+    groups, firsts = np.unique(group[by_group], return_index=True)
+    reached = [
+        groups // (len(starts) + 1) ** (len(samples) - 1 - s) % (len(starts) + 1) for s in range(len(samples))
+    ]
+    # below[s][e, g]: whether group g's indices rank below starts[e] in sample s
+    below = [(reached_s[None, :] <= np.arange(len(starts))[:, None]).astype(np.intp) for reached_s in reached]
     stats_of: list[list[FloatArray]] = [[] for _ in samples]
     rows = max(1, BOOTSTRAP_CHUNK // n)
     for start in range(0, BOOTSTRAP_RESAMPLES, rows):
         m = min(rows, BOOTSTRAP_RESAMPLES - start)
         idx = rng.integers(0, n, size=(m, n))
-        offsets = np.arange(m)[:, None]
-        for (ordered, rank), out in zip(ranked, stats_of, strict=True):
-            counts = np.bincount((rank[idx] + offsets * n).ravel(), minlength=m * n).reshape(m, n)
-            cum = np.cumsum(counts, axis=1) + offsets * (n + 1)  # rows kept apart, each increasing
-            at = np.searchsorted(cum.ravel(), wanted[None, :] + offsets * (n + 1), side="right")
-            out.append(ordered[at - offsets * n])  # (m, 2 len(q)): the order statistics of each row
+        idx += np.arange(m)[:, None] * n
+        counts = np.bincount(idx.ravel(), minlength=m * n).reshape(m, n)
+        sums = np.add.reduceat(np.take(counts, by_group, axis=1), firsts, axis=1)  # (m, groups)
+        for (ordered, order), below_s, out in zip(ranked, below, stats_of, strict=True):
+            unders = sums @ below_s.T  # (m, starts): each row's draws ranking below each window
+            at = np.empty((m, 2, len(q)), dtype=np.intp)  # the ranks of each row's order statistics
+            for i in range(len(q)):
+                under = unders[:, np.searchsorted(starts, lo[i])]
+                running = np.cumsum(np.take(counts, order[lo[i] : hi[i]], axis=1), axis=1) + under[:, None]
+                for j, k in enumerate((previous_i[i], next_i[i])):
+                    at[:, j, i] = lo[i] + np.count_nonzero(running <= k, axis=1)
+                    for r in np.flatnonzero((under > k) | (running[:, -1] <= k)):  # outside the window
+                        at[r, j, i] = np.searchsorted(np.cumsum(counts[r, order]), k, side="right")
+            out.append(ordered[at.reshape(m, -1)])  # (m, 2 len(q)): the order statistics of each row
     result = []
     for chunks in stats_of:
         order_stats = np.concatenate(chunks).T  # (2 len(q), B)

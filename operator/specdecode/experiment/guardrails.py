@@ -319,8 +319,9 @@ def _text_key(record: Request) -> str | None:
 
 def output_agreement(both: Sequence[tuple[Request, Request]]) -> tuple[int, int]:
     """(pairs with identical outputs, pairs whose outputs are known in both arms)."""
-    compared = [(c, t) for c, t in both if _text_key(c) is not None and _text_key(t) is not None]
-    return sum(_text_key(c) == _text_key(t) for c, t in compared), len(compared)
+    keys = [(_text_key(c), _text_key(t)) for c, t in both]
+    compared = [(a, b) for a, b in keys if a is not None and b is not None]
+    return sum(a == b for a, b in compared), len(compared)
 
 
 def output_match(stage: StageResult) -> GuardrailResult | None:

@@ -57,11 +57,13 @@ class Pairs:
 
     def both_ok(self) -> list[tuple[Request, Request]]:
         """Pairs where both arms succeeded, in index order (a data-independent order)."""
-        return [
-            (self.control[i], self.treatment[i])
-            for i in sorted(self.control.keys() & self.treatment.keys())
-            if self.control[i].ok and self.treatment[i].ok
-        ]
+        control, treatment = self.control, self.treatment
+        out = []
+        for i in sorted(control.keys() & treatment.keys()):
+            c, t = control[i], treatment[i]
+            if c.ok and t.ok:
+                out.append((c, t))
+        return out
 
     def prefix(self) -> Pairs:
         """Only the longest run of indices, from the first, that both arms have finished.
@@ -94,6 +96,11 @@ def metric_value(record: Request, metric: str) -> float:
 
 def paired_values(pairs: Sequence[tuple[Request, Request]], metric: str) -> tuple[FloatArray, FloatArray]:
     """(control values, treatment values) of a metric over pairs."""
+    if metric != PrimaryMetric.THROUGHPUT:  # a latency: `metric_value` without its per-record dispatch
+        attr = LATENCY_FIELDS[metric]
+        control = [math.nan if (v := getattr(c, attr)) is None else float(v) for c, _ in pairs]
+        treatment = [math.nan if (v := getattr(t, attr)) is None else float(v) for _, t in pairs]
+        return np.array(control, dtype=np.float64), np.array(treatment, dtype=np.float64)
     b = np.array([metric_value(c, metric) for c, _ in pairs], dtype=np.float64)
     c = np.array([metric_value(t, metric) for _, t in pairs], dtype=np.float64)
     return b, c
@@ -164,9 +171,7 @@ def summarise_arm(
     ok = [r for r in records if r.ok]
     summary = ArmSummary(requests=len(records), errors=len(records) - len(ok))
     for name, attr in LATENCY_FIELDS.items():
-        values = np.array(
-            [math.nan if getattr(r, attr) is None else getattr(r, attr) for r in ok], dtype=np.float64
-        )
+        values = np.array([math.nan if (v := getattr(r, attr)) is None else v for r in ok], dtype=np.float64)
         for q, suffix in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
             setattr(summary, f"{name}_{suffix}", _quantile(values, q))
     tokens = sum(r.completion_tokens or 0 for r in ok)

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from specdecode import exit_status
 from specdecode.experiment import documents, spec, validation
-from specdecode.loadgen import http, runner, workload
+from specdecode.loadgen import eventloop, http, runner, workload
 from specdecode.loadgen import plan as plan_mod
 
 
@@ -129,7 +129,7 @@ def main(
     progress: runner.Progress | None = None if quiet else ProgressPrinter(err)
     if after_stage is not None:
         progress = _AfterStage(progress, after_stage)
-    with asyncio.Runner(loop_factory=runner.loop_factory()) as loop:
+    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as loop:
         result = loop.run(runner.run(plan, endpoints, out, progress=progress, stop_rule=stop_rule))
     measured = [s for s in result.summary["stages"] if not s["warmup"]]
     ok = sum(a["ok"] for s in measured for a in s["arms"].values())

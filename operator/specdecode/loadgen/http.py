@@ -5,7 +5,7 @@ its bytes reach the machine, not when a coroutine further up a stack of async it
 scheduled. On plain-HTTP Linux connections each socket read is stamped with the kernel's receive
 time (SO_TIMESTAMPNS through `recvmsg`, `stamping.SocketTransport`); elsewhere `data_received` is the first
 Python code that sees the bytes and stamps them with `time.monotonic()` before anything else. The
-hot path only appends `(time, bytes)`; the chunked framing (`Response.decode`), SSE splitting and
+hot path only appends `(time, bytes)`; the chunked framing (`connection.Response.decode`), SSE splitting and
 JSON parsing happen after the stream ends (`sse.py`). The measured difference against httpx is in
 `benchmarks/README.md` ("Why the load generator has its own HTTP client").
 
@@ -13,11 +13,9 @@ Scope, on purpose: HTTP/1.1, `Content-Length` or chunked bodies (or close-delimi
 with a LIFO pool per endpoint, optional TLS. No redirects, no proxies, no HTTP/2: the targets are
 vLLM pods and Services.
 
-Invariants:
-- Body pieces are kept as `(monotonic time of arrival, bytes)`; a piece's time is the time of the
-  `data_received` call that delivered its first byte.
-- A connection serves one request at a time and goes back to the pool only after a complete
-  response without `Connection: close`.
+One connection, its response framing and the failures are in `connection.py`; this module holds
+what the load generator calls: the pool of keep-alive connections per origin and the exchange of
+one request.
 """
 
 from __future__ import annotations
@@ -26,45 +24,11 @@ import asyncio
 import socket
 import ssl as ssl_module
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from specdecode.loadgen import stamping
-
-(
-    _HEAD,
-    _BODY_LENGTH,
-    _BODY_CHUNK_SIZE,
-    _BODY_CHUNK_DATA,
-    _BODY_CHUNK_CRLF,
-    _BODY_TRAILER,
-    _BODY_CLOSE,
-    _DONE,
-) = range(8)
-_MAX_HEAD = 64 * 1024
-
-
-class HttpError(Exception):
-    """Base of this module's failures.
-
-    HttpError
-    ├── ConnectError      could not open a connection (refused, unreachable, DNS, connect timeout)
-    ├── DisconnectError   the server closed the connection before the response was complete
-    └── ProtocolError     the bytes are not HTTP/1.1 as we speak it
-    """
-
-
-class ConnectError(HttpError):
-    """Could not open a connection."""
-
-
-class DisconnectError(HttpError):
-    """The connection closed before the response was complete."""
-
-
-class ProtocolError(HttpError):
-    """Malformed status line, headers or chunked framing."""
+from specdecode.loadgen import connection, stamping
 
 
 @dataclass(frozen=True)
@@ -92,303 +56,6 @@ class Origin:
         return self.host if self.port == default else f"{self.host}:{self.port}"
 
 
-@dataclass
-class Response:
-    """What one request got back. Times are `time.monotonic()` seconds."""
-
-    status: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
-    headers_at: float | None = None
-    """When the end of the response head arrived."""
-    first_byte: float | None = None
-    """When the first body byte arrived."""
-    end: float | None = None
-    """When the last body byte arrived (or the failure was seen)."""
-    pieces: list[tuple[float, bytes]] = field(default_factory=list)
-    """The decoded body, as it arrived (after `decode()` for a chunked body)."""
-    raw: list[tuple[float, bytes]] | None = None
-    """A chunked body as it arrived, framing included, until `decode()`."""
-
-    def decode(self) -> None:
-        """Undo the chunked framing of `raw` into `pieces` (off the hot path).
-
-        Raises ProtocolError for bad framing or a body that ends before its terminating chunk.
-        """
-        if self.raw is None:
-            return
-        raw, self.raw = self.raw, None
-        dechunker = _Dechunker()
-        complete = False
-        for at, data in raw:
-            if dechunker.feed(at, data):
-                complete = True
-                break
-        self.pieces = dechunker.pieces
-        if not complete:
-            raise ProtocolError("chunked body ended before its last chunk")
-
-    @property
-    def body(self) -> bytes:
-        """The whole decoded body."""
-        self.decode()
-        return b"".join(p for _, p in self.pieces)
-
-
-class _Dechunker:
-    """Chunked transfer coding -> payload pieces stamped with the arrival of their first byte."""
-
-    def __init__(self) -> None:
-        self.pieces: list[tuple[float, bytes]] = []
-        self._buf = bytearray()
-        self._state = _BODY_CHUNK_SIZE
-        self._remaining = 0
-
-    def feed(self, now: float, data: bytes) -> bool:
-        """Consume bytes; True once the terminating chunk (and trailers) arrived."""
-        buf = self._buf
-        buf += data
-        pos = 0
-        done = False
-        while True:
-            if self._state == _BODY_CHUNK_DATA:
-                if pos >= len(buf):
-                    break
-                take = min(self._remaining, len(buf) - pos)
-                self.pieces.append((now, bytes(buf[pos : pos + take])))
-                pos += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._state = _BODY_CHUNK_CRLF
-            elif self._state == _BODY_CHUNK_CRLF:
-                if len(buf) - pos < 2:
-                    break
-                if buf[pos : pos + 2] != b"\r\n":
-                    raise ProtocolError("chunk not followed by CRLF")
-                pos += 2
-                self._state = _BODY_CHUNK_SIZE
-            elif self._state == _BODY_CHUNK_SIZE:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    if len(buf) - pos > 1024:
-                        raise ProtocolError("chunk size line too long")
-                    break
-                line = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size {line[:20]!r}") from None
-                pos = eol + 2
-                if size == 0:
-                    self._state = _BODY_TRAILER
-                else:
-                    self._remaining = size
-                    self._state = _BODY_CHUNK_DATA
-            elif self._state == _BODY_TRAILER:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                empty = eol == pos
-                pos = eol + 2
-                if empty:
-                    self._state = _DONE
-                    done = True
-                    break
-            else:
-                break
-        del buf[:pos]
-        return done
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; parses the response head and body framing as bytes arrive.
-
-    A chunked body (every streamed response) is kept raw on the hot path: each read costs a clock
-    read, an append and a look at its last bytes. With hundreds of streams whose chunks arrive in
-    the same instant, that per-read cost is what delays the stamps of the streams read after this
-    one; the framing is undone later (`Response.decode`).
-    """
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.last_used = time.monotonic()
-        self._buf = bytearray()
-        self._state = _DONE
-        self._remaining = 0
-        self._response = Response()
-        self._done: asyncio.Future[Response] | None = None
-        self._keep_alive = True
-        self._raw: list[tuple[float, bytes]] | None = None
-        self._tail = b""
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass it
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._raw = None
-        if self._done is None or self._done.done():
-            return
-        now = time.monotonic()
-        self._response.end = now
-        if self._state == _BODY_CLOSE:
-            self._state = _DONE
-            self._done.set_result(self._response)
-        else:
-            self._done.set_exception(DisconnectError(f"connection closed mid-response ({exc or 'EOF'})"))
-
-    def data_received(self, data: bytes) -> None:
-        self.received(time.monotonic(), data)  # first thing: the arrival time of these bytes
-
-    def received(self, now: float, data: bytes) -> None:
-        """Bytes that arrived at `now` (monotonic seconds)."""
-        raw = self._raw
-        if raw is not None:  # the hot path: a chunked body
-            if not raw:
-                self._response.first_byte = now
-            raw.append((now, data))
-            tail = (self._tail + data)[-7:] if len(data) < 7 else data[-7:]
-            self._tail = tail
-            if tail == b"\r\n0\r\n\r\n":  # the terminating chunk (SSE payloads end in \n\n)
-                self._finish(now)
-            return
-        if self._done is None or self._done.done():
-            return  # bytes outside a request (or after a failure): ignore
-        try:
-            self._feed(now, data)
-        except ProtocolError as exc:
-            self._response.end = now
-            self._keep_alive = False
-            self._done.set_exception(exc)
-            if self.transport is not None:
-                self.transport.close()
-
-    # request lifecycle
-    def start(self, payload: bytes) -> asyncio.Future[Response]:
-        """Write one request; the future resolves with the complete response."""
-        assert self.transport is not None
-        self._buf.clear()
-        self._state = _HEAD
-        self._raw = None
-        self._tail = b""
-        self._response = Response()
-        self._keep_alive = True
-        self._done = asyncio.get_running_loop().create_future()
-        self.transport.write(payload)
-        return self._done
-
-    def snapshot(self) -> Response:
-        """The response as far as it arrived (for failures and cancellation)."""
-        return self._response
-
-    @property
-    def reusable(self) -> bool:
-        """Can serve another request."""
-        return not self.closed and self._keep_alive and self._state == _DONE
-
-    def close(self) -> None:
-        """Close the socket (idempotent)."""
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    # framing
-    def _feed(self, now: float, data: bytes) -> None:
-        resp = self._response
-        if self._state == _HEAD:
-            self._buf += data
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buf) > _MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                return
-            self._parse_head(bytes(self._buf[:end]))
-            resp.headers_at = now
-            data = bytes(self._buf[end + 4 :])
-            self._buf.clear()
-            if self._state == _DONE:
-                self._finish(now)
-                return
-            if self._state == _BODY_CHUNK_SIZE:
-                self._raw = resp.raw = []
-                self._tail = b"\r\n"  # so that a body of just "0\r\n\r\n" is recognised
-                if data:
-                    self.data_received_at(now, data)
-                return
-            if not data:
-                return
-        if self._state == _BODY_LENGTH:
-            take = data[: self._remaining]
-            self._piece(now, take)
-            self._remaining -= len(take)
-            if self._remaining == 0:
-                self._finish(now)
-            return
-        if self._state == _BODY_CLOSE:
-            self._piece(now, data)
-
-    def data_received_at(self, now: float, data: bytes) -> None:
-        """Append chunked bytes that arrived at `now` (the rest of the read that held the head)."""
-        assert self._raw is not None
-        if self._response.first_byte is None:
-            self._response.first_byte = now
-        self._raw.append((now, data))
-        tail = (self._tail + data)[-7:]
-        self._tail = tail
-        if tail == b"\r\n0\r\n\r\n":
-            self._finish(now)
-
-    def _piece(self, now: float, data: bytes) -> None:
-        if not data:
-            return
-        if self._response.first_byte is None:
-            self._response.first_byte = now
-        self._response.pieces.append((now, data))
-
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise ProtocolError(f"bad status line {lines[0][:60]!r}")
-        try:
-            status = int(parts[1])
-        except ValueError:
-            raise ProtocolError(f"bad status code {parts[1][:10]!r}") from None
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise ProtocolError(f"bad header line {line[:60]!r}")
-            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-        self._response.status = status
-        self._response.headers = headers
-        if headers.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0":
-            self._keep_alive = False
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._state = _BODY_CHUNK_SIZE
-        elif "content-length" in headers:
-            try:
-                self._remaining = int(headers["content-length"])
-            except ValueError:
-                raise ProtocolError("bad content-length") from None
-            self._state = _BODY_LENGTH if self._remaining > 0 else _DONE
-        elif status in (204, 304) or 100 <= status < 200:
-            self._state = _DONE
-        else:
-            self._keep_alive = False
-            self._state = _BODY_CLOSE
-
-    def _finish(self, now: float) -> None:
-        self._state = _DONE
-        self._raw = None
-        self._response.end = now
-        self.last_used = now
-        assert self._done is not None
-        if not self._done.done():
-            self._done.set_result(self._response)
-
-
 class Pool:
     """Keep-alive connections to one origin, reused most-recently-used first.
 
@@ -412,8 +79,8 @@ class Pool:
         self._ssl = ssl_context if origin.scheme == "https" else None
         if origin.scheme == "https" and self._ssl is None:
             self._ssl = ssl_module.create_default_context()
-        self._idle: list[_Connection] = []
-        self._all: set[_Connection] = set()
+        self._idle: list[connection.Connection] = []
+        self._all: set[connection.Connection] = set()
         self.opened = 0
         """Connections opened so far."""
         self.kernel_timestamps = (
@@ -421,7 +88,7 @@ class Pool:
         )
         """Reads are stamped by the kernel (plain HTTP on Linux); else when the loop delivers them."""
 
-    async def connect(self) -> _Connection:
+    async def connect(self) -> connection.Connection:
         """Open a new connection."""
         loop = asyncio.get_running_loop()
         try:
@@ -430,17 +97,19 @@ class Pool:
                     proto = await self._connect_socket(loop)
                 else:
                     _, proto = await loop.create_connection(
-                        _Connection, self.origin.host, self.origin.port, ssl=self._ssl
+                        connection.Connection, self.origin.host, self.origin.port, ssl=self._ssl
                     )
         except TimeoutError:
-            raise ConnectError(f"connect to {self.origin.host}:{self.origin.port} timed out") from None
+            raise connection.ConnectError(
+                f"connect to {self.origin.host}:{self.origin.port} timed out"
+            ) from None
         except OSError as exc:
-            raise ConnectError(f"connect to {self.origin.host}:{self.origin.port}: {exc}") from exc
+            raise connection.ConnectError(f"connect to {self.origin.host}:{self.origin.port}: {exc}") from exc
         self.opened += 1
         self._all.add(proto)
         return proto
 
-    async def _connect_socket(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+    async def _connect_socket(self, loop: asyncio.AbstractEventLoop) -> connection.Connection:
         infos = await loop.getaddrinfo(self.origin.host, self.origin.port, type=socket.SOCK_STREAM)
         if not infos:
             raise OSError(f"cannot resolve {self.origin.host}")
@@ -454,11 +123,11 @@ class Pool:
         except BaseException:
             sock.close()
             raise
-        conn = _Connection()
+        conn = connection.Connection()
         conn.connection_made(cast(asyncio.Transport, stamping.SocketTransport(sock, conn, loop)))
         return conn
 
-    def take_idle(self) -> _Connection | None:
+    def take_idle(self) -> connection.Connection | None:
         """The most recently used idle connection that is still usable, or None."""
         now = time.monotonic()
         while self._idle:
@@ -468,14 +137,14 @@ class Pool:
             self._discard(conn)
         return None
 
-    def release(self, conn: _Connection) -> None:
+    def release(self, conn: connection.Connection) -> None:
         """Return a connection after its response (closed ones are dropped)."""
         if conn.reusable:
             self._idle.append(conn)
         else:
             self._discard(conn)
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: connection.Connection) -> None:
         conn.close()
         self._all.discard(conn)
 
@@ -487,7 +156,7 @@ class Pool:
             return
         results = await asyncio.gather(*(self.connect() for _ in range(missing)), return_exceptions=True)
         for r in results:
-            if isinstance(r, _Connection):
+            if isinstance(r, connection.Connection):
                 self._idle.insert(0, r)
 
     def close(self) -> None:
@@ -517,11 +186,11 @@ class Exchange:
     """monotonic, just before the request bytes were written."""
     connect_s: float | None = None
     """Time spent opening a new connection (None: reused a pooled one)."""
-    response: Response | None = None
+    response: connection.Response | None = None
     error: BaseException | None = None
 
 
-Started = tuple[_Connection, "asyncio.Future[Response]"]
+Started = tuple[connection.Connection, "asyncio.Future[connection.Response]"]
 
 
 def send_now(pool: Pool, payload: bytes, ex: Exchange) -> Started | None:
@@ -551,7 +220,7 @@ async def exchange(
     attempts = 2  # a pooled connection the server closed meanwhile gets one retry on a fresh one
     while attempts:
         attempts -= 1
-        conn: _Connection | None = None
+        conn: connection.Connection | None = None
         try:
             if started is not None:
                 conn, fut = started
@@ -571,7 +240,7 @@ async def exchange(
             ex.error = None
             pool.release(conn)
             return ex
-        except DisconnectError as exc:
+        except connection.DisconnectError as exc:
             if conn is not None:
                 pool.release(conn)
             resp = conn.snapshot() if conn is not None else None
@@ -579,7 +248,7 @@ async def exchange(
                 continue  # stale keep-alive: nothing was received, retry on a new connection
             ex.response, ex.error = resp, exc
             return ex
-        except (HttpError, TimeoutError) as exc:
+        except (connection.HttpError, TimeoutError) as exc:
             if conn is not None:
                 ex.response = conn.snapshot() if conn._done is not None else None
                 conn.close()
@@ -597,8 +266,8 @@ async def exchange(
 
 async def get(
     pool: Pool, path: str, *, limit_s: float = 10.0, headers: dict[str, str] | None = None
-) -> Response:
-    """A plain GET (for /metrics, /health); raises HttpError or TimeoutError."""
+) -> connection.Response:
+    """A plain GET (for /metrics, /health); raises connection.HttpError or TimeoutError."""
     payload = request_bytes(pool.origin, "GET", path, {"Accept": "*/*", **(headers or {})})
     ex = await exchange(pool, payload, limit_s=limit_s)
     if ex.error is not None:

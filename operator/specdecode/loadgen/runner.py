@@ -28,12 +28,15 @@ Outputs under `out_dir` (nothing elsewhere):
   too (in-flight ones with `error_class: cancelled`).
 - `windows.json`: `{"anchor": RunAnchor, "windows": [StageWindow...]}`, rewritten after each stage.
 - `loadgen-summary.json`: per-stage/arm summaries, metric definitions, validity (`summary.py`).
+
+Beside this module: one request's record (`recording.py`), the HTTP client (`http.py` over
+`connection.py`), the event loop, its send gate and lag ticker (`eventloop.py`), the arms'
+`/metrics` scrapes (`scrape.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import gc
 import json
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specdecode.experiment import records, spec, validity
-from specdecode.loadgen import http, pacer, scrape, sse, summary
+from specdecode.loadgen import eventloop, http, pacer, recording, scrape, sse, summary
 from specdecode.loadgen.plan import Plan, StagePlan, StopRule
 
 log = logging.getLogger(__name__)
@@ -53,11 +56,6 @@ log = logging.getLogger(__name__)
 REQUESTS_FILE = "requests.jsonl"
 WINDOWS_FILE = "windows.json"
 SUMMARY_FILE = "loadgen-summary.json"
-
-#: the loop-lag ticker's period
-TICK_S = 0.010
-#: closed loop: sends released per event-loop iteration (see `_Run._turn`)
-SENDS_PER_ITERATION = 8
 
 
 @dataclass(frozen=True)
@@ -158,42 +156,6 @@ class _Done:
     slot: int | None
 
 
-def diverges_at(a: str | None, b: str | None) -> int | None:
-    """First character where two texts differ; None when equal or unknown."""
-    if a is None or b is None or a == b:
-        return None
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def error_class(ex: http.Exchange, stream_error: BaseException | None) -> str | None:
-    """The record's error class (records.RequestRecord.error_class)."""
-    err = ex.error
-    if err is None and stream_error is None:
-        resp = ex.response
-        if resp is not None and resp.status >= 400:
-            return "http_4xx" if resp.status < 500 else "http_5xx"
-        return None
-    if isinstance(err, http.ConnectError):
-        return "connect"
-    if isinstance(err, TimeoutError):
-        return "timeout"
-    if isinstance(err, http.DisconnectError):
-        return "disconnect"
-    if isinstance(err, http.ProtocolError):
-        return "malformed_http"
-    if isinstance(stream_error, http.ProtocolError):
-        return "malformed_http"
-    if isinstance(stream_error, sse.StreamErrorEvent):
-        return "stream_error"
-    if isinstance(stream_error, sse.MalformedStreamError):
-        return "malformed_sse"
-    return "other"
-
-
 def looks_reached(looks: Sequence[int], next_look: int, pairs: int) -> int:
     """The index of the first planned look beyond `pairs` completed pairs, counting on from `next_look`
     (the looks before it were asked about already): the stop rule is due when this moved."""
@@ -206,17 +168,6 @@ def pair_order(arms: Sequence[spec.Arm], index: int) -> Sequence[spec.Arm]:
     """The order in which request `index` of an open-loop stage is written to the arms: alternating, so
     neither arm's request always leaves first (the second waits for the first's write)."""
     return arms if index % 2 == 0 else arms[::-1]
-
-
-async def tick_lags(lags: list[float]) -> None:
-    """Until cancelled: wake every TICK_S and append how late each wake-up was (ms), the event loop's lag
-    (the run's validity reads it)."""
-    expected = time.monotonic() + TICK_S
-    while True:
-        await asyncio.sleep(max(0.0, expected - time.monotonic()))
-        now = time.monotonic()
-        lags.append((now - expected) * 1e3)
-        expected = max(expected + TICK_S, now)
 
 
 class _Run:
@@ -251,8 +202,7 @@ class _Run:
         self.current: _StageState | None = None
         self.summary: dict[str, Any] = {}
         self._parse_queue: asyncio.Queue[_Done] = asyncio.Queue()
-        self._send_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._dispatching = False
+        self.gate = eventloop.SendGate()
         self._progress_failed = False
 
     # ---------------------------------------------------------------------------------- outputs
@@ -278,9 +228,6 @@ class _Run:
         (self.out_dir / WINDOWS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
     # ---------------------------------------------------------------------------------- one request
-    def _rel(self, t: float | None) -> float | None:
-        return None if t is None else t - self.anchor.monotonic
-
     def _payload(
         self, arm: spec.Arm, stage: str, req_index: int, path: str, body: bytes
     ) -> tuple[str, bytes]:
@@ -308,7 +255,10 @@ class _Run:
                 self.pools[arm], payload[1], limit_s=self.plan.request_timeout_s, ex=ex, started=started
             )
         except asyncio.CancelledError:
-            self._done(st, self._record(st, i, arm, payload[0], ex, intended, slot, None, cancelled=True))
+            rec = recording.record(
+                st.plan, self.anchor.monotonic, i, arm, payload[0], ex, intended, slot, None, cancelled=True
+            )
+            self._done(st, rec)
             raise
         # Parsing waits for the parser task: a closed-loop slot sends its next request now, and a
         # burst of completions never holds up the reading (and stamping) of other streams.
@@ -320,9 +270,9 @@ class _Run:
         while True:
             item = await queue.get()
             try:
-                parsed = await self._parsed(item.ex)
+                parsed = await recording.parse(item.ex)
             except asyncio.CancelledError:
-                self._parse_one(item, self._parsed_sync(item.ex))  # interrupted: keep it
+                self._parse_one(item, recording.parse_now(item.ex))  # interrupted: keep it
                 queue.task_done()
                 raise
             except Exception as exc:  # a parser bug must not end this task: queue.join() would hang
@@ -336,118 +286,19 @@ class _Run:
                 queue.task_done()
             await asyncio.sleep(0)  # let the loop poll sockets between two records
 
-    async def _parsed(self, ex: http.Exchange) -> sse.Stream | BaseException | None:
-        resp = ex.response
-        if ex.error is None and resp is not None and resp.status == 200:
-            try:
-                resp.decode()
-                return await sse.read(resp.pieces)  # in slices
-            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
-                return exc
-        return None
-
-    @staticmethod
-    def _parsed_sync(ex: http.Exchange) -> sse.Stream | BaseException | None:
-        resp = ex.response
-        if ex.error is None and resp is not None and resp.status == 200:
-            try:
-                resp.decode()
-                return sse.parse(sse.split_events(resp.pieces))
-            except (http.ProtocolError, sse.MalformedStreamError, sse.StreamErrorEvent) as exc:
-                return exc
-        return None
-
     def _parse_one(self, item: _Done, parsed: sse.Stream | BaseException | None) -> None:
-        rec = self._record(item.st, item.index, item.arm, item.rid, item.ex, item.intended, item.slot, parsed)
+        sp, anchor = item.st.plan, self.anchor.monotonic
+        rec = recording.record(
+            sp, anchor, item.index, item.arm, item.rid, item.ex, item.intended, item.slot, parsed
+        )
         self._done(item.st, rec)
 
     def _parse_backlog(self) -> None:
         """On interruption: parse what is queued, synchronously."""
         while not self._parse_queue.empty():
             item = self._parse_queue.get_nowait()
-            self._parse_one(item, self._parsed_sync(item.ex))
+            self._parse_one(item, recording.parse_now(item.ex))
             self._parse_queue.task_done()
-
-    def _record(
-        self,
-        st: _StageState,
-        i: int,
-        arm: spec.Arm,
-        rid: str,
-        ex: http.Exchange,
-        intended: float | None,
-        slot: int | None,
-        parsed_or_error: sse.Stream | BaseException | None,
-        *,
-        cancelled: bool = False,
-    ) -> records.RequestRecord:
-        req = st.plan.requests[i]
-        resp = ex.response
-        rel = self._rel
-        fields: dict[str, Any] = dict(
-            stage=st.plan.name,
-            index=st.plan.index_of(i),
-            arm=arm,
-            warmup=st.plan.warmup,
-            prompt_id=req.prompt_id,
-            category=req.category,
-            intended=rel(intended),
-            sent=rel(ex.sent) if ex.sent else rel(time.monotonic()),
-            request_id=rid,
-            slot=slot,
-            session=req.session,
-            turn=req.turn,
-            connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
-        )
-        stream_error: BaseException | None = None
-        parsed: sse.Stream | None = None
-        if isinstance(parsed_or_error, sse.Stream):
-            parsed = parsed_or_error
-            if not parsed.done:
-                stream_error = sse.MalformedStreamError("stream ended without [DONE]")
-        elif parsed_or_error is not None:
-            stream_error = parsed_or_error
-        if resp is not None:
-            fields.update(
-                http_status=resp.status or None,
-                headers=rel(resp.headers_at),
-                first_byte=rel(resp.first_byte),
-                end=rel(resp.end),
-            )
-        if fields.get("end") is None:
-            fields["end"] = rel(time.monotonic())
-        if cancelled:
-            fields.update(ok=False, error_class="cancelled", error="run interrupted")
-        else:
-            cls = error_class(ex, stream_error)
-            fields["error_class"] = cls
-            fields["ok"] = cls is None and parsed is not None
-            if cls is not None:
-                detail = ex.error or stream_error
-                if detail is None and resp is not None:
-                    detail_text = resp.body[:200].decode("utf-8", "replace").replace("\n", " ")
-                    fields["error"] = f"HTTP {resp.status}: {detail_text}"
-                else:
-                    fields["error"] = f"{type(detail).__name__}: {detail}"[:300]
-        if parsed is not None:
-            events = [(t - self.anchor.monotonic, n) for t, n in parsed.token_events]
-            metrics = dict(parsed.metrics) if parsed.metrics else None
-            spec_decode = metrics.pop("speculative_decoding", None) if metrics else None
-            fields.update(
-                events=events,
-                first_token=events[0][0] if events else None,
-                text=parsed.text,
-                text_hash=summary.sha256(parsed.text),
-                prompt_tokens=parsed.prompt_tokens,
-                completion_tokens=parsed.completion_tokens,
-                finish_reason=parsed.finish_reason,
-                n_events=parsed.n_events,
-                token_source=parsed.token_source,
-                spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
-                server_metrics=metrics or None,
-            )
-        rec = records.RequestRecord(**fields)
-        return summary.derive(rec)
 
     def _done(self, st: _StageState, rec: records.RequestRecord) -> None:
         if rec.end is not None:
@@ -460,7 +311,7 @@ class _Run:
         del st.pending[rec.index]
         pair = [slot[a] for a in self.arms]
         if len(pair) == 2:
-            at = diverges_at(pair[0].text, pair[1].text)
+            at = recording.diverges_at(pair[0].text, pair[1].text)
             pair = [r.model_copy(update={"diverges_at": at}) for r in pair]
         for r in pair:
             self._write(r)
@@ -549,14 +400,14 @@ class _Run:
 
         async def worker(arm: spec.Arm, slot: int) -> None:
             while not st.stop.is_set():
-                await self._turn()
+                await self.gate.turn()
                 u = next_unit[arm]
                 if u >= len(units) or st.stop.is_set():
                     return
                 next_unit[arm] = u + 1
                 for turn, i in enumerate(units[u]):
                     if turn:  # the reply to the turn before is complete: _one returned
-                        await self._turn()
+                        await self.gate.turn()
                         if st.stop.is_set():
                             return
                     await self._one(st, i, arm, payloads[arm][i], None, slot)
@@ -566,66 +417,19 @@ class _Run:
             for arm in self.arms:
                 self._spawn(st, worker(arm, slot))
 
-    def _turn(self) -> asyncio.Future[None]:
-        """Wait for a send slot: at most SENDS_PER_ITERATION closed-loop sends per loop iteration.
-
-        When a cohort of streams ends in the same engine step, hundreds of slots want to send at
-        once; sending them all in one loop iteration would hold up the reading (and stamping) of
-        every other stream for milliseconds. Released in FIFO order, a few per iteration.
-        """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self._send_waiters.append(fut)
-        if not self._dispatching:
-            self._dispatching = True
-            loop.call_soon(self._release_sends)
-        return fut
-
-    def _release_sends(self) -> None:
-        waiters = self._send_waiters
-        released = 0
-        while waiters and released < SENDS_PER_ITERATION:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                released += 1
-        if waiters:
-            asyncio.get_running_loop().call_soon(self._release_sends)
-        else:
-            self._dispatching = False
-
-    async def _snapshot(self, arm: spec.Arm) -> scrape.Snapshot | None:
-        try:
-            resp = await http.get(self.metric_pools[arm], "/metrics", limit_s=10.0)
-            if resp.status != 200:
-                return None
-            return scrape.parse(resp.body.decode("utf-8", "replace"))
-        except (http.HttpError, TimeoutError, ValueError) as exc:
-            log.warning("scraping %s /metrics failed: %s", arm, exc)
-            return None
-
-    async def _snapshots(self) -> dict[spec.Arm, scrape.Snapshot | None]:
-        snaps = await asyncio.gather(*(self._snapshot(arm) for arm in self.arms))
-        return dict(zip(self.arms, snaps, strict=True))
-
-    async def _watch_gauges(self, st: _StageState) -> None:
-        while True:
-            await asyncio.sleep(self.plan.scrape_interval_s)
-            for arm, snap in (await self._snapshots()).items():
-                value = snap.values.get(scrape.KV_USAGE) if snap else None
-                if value is not None:
-                    st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
-
     async def _stage(self, sp: StagePlan, position: int) -> None:
         st = _StageState(sp)
         self.current = st
         load = f"{sp.rate:g} req/s" if sp.rate is not None else f"concurrency {sp.concurrency}"
         self._emit(StageStarted(sp.name, position, len(self.plan.stages), len(sp.requests), load, sp.warmup))
         scraping = self.plan.scrape_metrics and not sp.warmup
-        before = await self._snapshots() if scraping else {}
+        before = await scrape.snapshots(self.metric_pools, self.arms) if scraping else {}
         watcher = None
         if scraping and self.plan.scrape_interval_s > 0:
-            watcher = asyncio.get_running_loop().create_task(self._watch_gauges(st))
+            watch = scrape.watch_kv_usage(
+                self.metric_pools, self.arms, self.plan.scrape_interval_s, st.kv_max
+            )
+            watcher = asyncio.get_running_loop().create_task(watch)
         # connections ready before the first send (open loop: a guess; closed loop: exact)
         warm = sp.concurrency if sp.concurrency else min(256, max(4, int((sp.rate or 1) * 2)))
         await asyncio.gather(*(self.pools[arm].prewarm(warm) for arm in self.arms))
@@ -647,11 +451,8 @@ class _Run:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-        after = await self._snapshots() if scraping else {}
-        for arm, snap in after.items():
-            value = snap.values.get(scrape.KV_USAGE) if snap else None
-            if value is not None:
-                st.kv_max[arm] = max(st.kv_max.get(arm, 0.0), value)
+        after = await scrape.snapshots(self.metric_pools, self.arms) if scraping else {}
+        scrape.note_kv_usage(after, st.kv_max)
         self._flush_pending(st)
         window = self._window(st)
         if scraping:
@@ -676,7 +477,7 @@ class _Run:
     async def run(self) -> RunResult:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.file = (self.out_dir / REQUESTS_FILE).open("w", encoding="utf-8")
-        ticker = asyncio.get_running_loop().create_task(tick_lags(self.loop_lags))
+        ticker = asyncio.get_running_loop().create_task(eventloop.tick_lags(self.loop_lags))
         parser = asyncio.get_running_loop().create_task(self._parser())
         cpu0, wall0 = time.process_time(), time.monotonic()
         interrupted = False
@@ -722,15 +523,6 @@ class _Run:
             for pool in [*self.pools.values(), *self.metric_pools.values()]:
                 pool.close()
         return RunResult(self.out_dir, self.anchor, self.windows, self.summary, self.written, interrupted)
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory when installed (for `asyncio.Runner(loop_factory=...)`), else None."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 async def run(

@@ -9,11 +9,17 @@ reads Prometheus per pod instead, so this is optional.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdecode.experiment import records
+from specdecode.experiment import records, spec
+from specdecode.loadgen import connection, http
+
+log = logging.getLogger(__name__)
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -96,3 +102,43 @@ def delta(before: Snapshot | None, after: Snapshot | None, kv_max: float | None)
         prefix_cache_hits=d(PREFIX_HITS),
         extra=extra,
     )
+
+
+async def snapshot(pool: http.Pool, arm: spec.Arm) -> Snapshot | None:
+    """One arm's `/metrics` now; None (logged) when it cannot be read."""
+    try:
+        resp = await http.get(pool, "/metrics", limit_s=10.0)
+        if resp.status != 200:
+            return None
+        return parse(resp.body.decode("utf-8", "replace"))
+    except (connection.HttpError, TimeoutError, ValueError) as exc:
+        log.warning("scraping %s /metrics failed: %s", arm, exc)
+        return None
+
+
+async def snapshots(
+    pools: Mapping[spec.Arm, http.Pool], arms: Sequence[spec.Arm]
+) -> dict[spec.Arm, Snapshot | None]:
+    """Every arm's `/metrics` at once."""
+    snaps = await asyncio.gather(*(snapshot(pools[arm], arm) for arm in arms))
+    return dict(zip(arms, snaps, strict=True))
+
+
+def note_kv_usage(snaps: Mapping[spec.Arm, Snapshot | None], kv_max: dict[spec.Arm, float]) -> None:
+    """Keep in `kv_max` each arm's highest `vllm:kv_cache_usage_perc` seen so far."""
+    for arm, snap in snaps.items():
+        value = snap.values.get(KV_USAGE) if snap else None
+        if value is not None:
+            kv_max[arm] = max(kv_max.get(arm, 0.0), value)
+
+
+async def watch_kv_usage(
+    pools: Mapping[spec.Arm, http.Pool],
+    arms: Sequence[spec.Arm],
+    interval_s: float,
+    kv_max: dict[spec.Arm, float],
+) -> None:
+    """Until cancelled: scrape the arms every `interval_s` seconds, keeping the KV-cache peak (`note_kv_usage`)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        note_kv_usage(await snapshots(pools, arms), kv_max)

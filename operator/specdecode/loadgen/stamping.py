@@ -17,7 +17,7 @@ from typing import Protocol
 
 
 class Receiver(Protocol):
-    """What the transport delivers to: `http._Connection`."""
+    """What the transport delivers to: `connection.Connection`."""
 
     def received(self, now: float, data: bytes) -> None: ...
 
@@ -33,7 +33,7 @@ _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
 
 
 class SocketTransport:
-    """The part of a transport `http._Connection` uses, over a socket the loop watches with add_reader.
+    """The part of a transport `connection.Connection` uses, over a socket the loop watches with add_reader.
 
     Reads use `recvmsg` with SO_TIMESTAMPNS: each read carries the kernel's receive time of its
     newest bytes, so a stamp no longer depends on how soon the event loop got round to the socket
