@@ -167,9 +167,11 @@ async def collect(
     """Results + Prometheus -> verdict, or why not; or the round owed before the verdict (`rounds.py`).
 
     `job_uids`: the uid of each load Job by round (None: the stages' Job). Every round measured so
-    far is folded in, in `run --local`'s order: the search's probes (`search.progress`; the
-    recommendation rests on them too), the crossover's (`crossover.apply`), then the confirmation's
-    (`confirm.fold`). One experiment at a time (`one_collection`).
+    far is read first, then folded in by the core's fold that `run --local` calls too
+    (`judgement.fold`): the search's probes, the crossover's swapped round, the confirmation round.
+    The rounds' records are held together with the stages' while they are folded (each round is
+    one probe stage, a fraction of the stages, or the stages once more). One experiment at a time
+    (`one_collection`).
     """
     metadata = body["metadata"]
     name = metadata["name"]

@@ -75,6 +75,8 @@ CROSSOVER_DIR = "crossover"
 CONFIRMATION_DIR = "confirmation"
 GENERATION = 1
 """A local run measures one spec: its status is generation 1's, as a new resource's."""
+_arm_host = arm_facts.arm_host
+"""An arm's host (`arms.arm_host`), by the name it had here."""
 
 
 @dataclass(frozen=True)
