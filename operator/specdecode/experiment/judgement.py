@@ -136,8 +136,7 @@ def _search(
     if wanted is None:
         return None, None
     if measured.one_after_the_other:
-        alone = "the arms ran one after the other (GPUs for one arm only): no paired probe can be run"
-        return SearchResult(axis=wanted.axis, reason=ONE_AFTER_THE_OTHER, message=alone), None
+        return unpaired(wanted), None
     judged: list[tuple[float, StageResult]] = []
     for round_ in rounds.probes(current):
         stage = rounds.probe_stage(experiment, round_)
@@ -163,6 +162,12 @@ def _search(
             "operator; apply crds/specdecodeexperiments.specdecode.io.yaml of the operator's release",
         )
     return found, owed
+
+
+def unpaired(wanted: spec.Search) -> SearchResult:
+    """`status.search` when the arms ran one after the other: no paired probe can be run."""
+    alone = "the arms ran one after the other (GPUs for one arm only): no paired probe can be run"
+    return SearchResult(axis=wanted.axis, reason=ONE_AFTER_THE_OTHER, message=alone)
 
 
 def _crossover(

@@ -75,8 +75,7 @@ CROSSOVER_DIR = "crossover"
 CONFIRMATION_DIR = "confirmation"
 GENERATION = 1
 """A local run measures one spec: its status is generation 1's, as a new resource's."""
-_arm_host = arm_facts.arm_host
-"""An arm's host (`arms.arm_host`), by the name it had here."""
+_arm_host = arm_facts.arm_host  # an arm's host, by the name it had here
 
 
 @dataclass(frozen=True)
@@ -420,6 +419,11 @@ class _Run:
             degradations=arm_facts.weakened(arms),
             next_round=folded.next_round,
         )
+
+    def _search_result(self) -> status.SearchResult | None:
+        """The search as the arms one after the other leave it (`judgement.unpaired`; None: no search)."""
+        wanted = self.spec.workload.search
+        return judgement.unpaired(wanted) if wanted is not None else None
 
     def _stages(self) -> verdict.Analysis:
         """The stages judged (once), their windows with Prometheus' figures when it is set."""
