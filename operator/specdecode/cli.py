@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_status.INVALID
-    from specdecode.local import runner
+    from specdecode.local import command, runner
 
     options = runner.Options(
         out=Path(args.out),
@@ -161,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
         fail_on_reject=args.fail_on_reject,
         mode=args.mode,
     )
-    return runner.run(Path(args.file), options)
+    return command.run(Path(args.file), options)
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -176,11 +176,11 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from importlib import resources
 
-    from specdecode.local import runner
+    from specdecode.local import command, runner
 
     example = resources.files("specdecode.local").joinpath("demo.yaml")
     with resources.as_file(example) as path:
-        return runner.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
+        return command.run(Path(path), runner.Options(out=Path(args.out), mode=args.mode))
 
 
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -304,16 +304,21 @@ def wait_for_window(out: Path, stage: str, *, seconds: float = 90.0) -> bool:
     return False
 
 
-def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp_path: Path) -> None:
-    path = write_experiment(
+def a_short_stage_then_a_long_one(tmp_path: Path, short: int) -> Path:
+    """c1 of `short` requests, then c8 of 20000 (minutes): a run to cut short after c1."""
+    return write_experiment(
         tmp_path,
         simulator={"profile": "h200-8b-draft-tiny", "decodeStepMs": 3.0},
         stages=[
-            {"name": "c1", "concurrency": 1, "requests": 30},
+            {"name": "c1", "concurrency": 1, "requests": short},
             {"name": "c8", "concurrency": 8, "requests": 20000},
         ],
         sequential=False,
     )
+
+
+def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp_path: Path) -> None:
+    path = a_short_stage_then_a_long_one(tmp_path, 30)
     out = tmp_path / "out"
     with running(path, out) as process:
         assert wait_for_window(out, "c1")
@@ -332,6 +337,31 @@ def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp
     assert "why: no verdict: the run ended Failed (Interrupted); stage verdicts so far: c1 " in " ".join(
         err.split()
     )
+
+
+def test_a_load_past_deadlines_run_fails_as_the_operator_s_keeping_the_stages_measured(
+    tmp_path: Path,
+) -> None:
+    """`spec.deadlines.run` holds locally too: the load that overruns it is stopped, and the run ends
+    Failed (exit 3) with the operator's reason and message, the stages finished before it kept."""
+    path = a_short_stage_then_a_long_one(tmp_path, 20)
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["deadlines"]["run"] = "25s"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    started = time.monotonic()
+    assert run(path, out) == 3
+    assert time.monotonic() - started < 120  # not the ~20000 requests of c8
+    status = result(out)
+    assert status["phase"] == "Failed" and status["reason"] == "RunDeadlineExceeded", status["message"]
+    assert "verdict" not in status
+    assert status["message"].startswith(
+        "the load did not finish within spec.deadlines.run (25s); lower requestsPerStage or raise the deadline; "
+        "the 1 of 2 stage(s) measured before that (c1) are kept"
+    ), status["message"]
+    assert conditions(status)["Stalled"] == ("True", "RunDeadlineExceeded")
+    [stage] = status["stages"]
+    assert stage["name"] == "c1" and stage["speedup"]["n"] == 20
 
 
 def test_the_mixed_dataset_gives_per_category_rows_and_slos_give_goodput(tmp_path: Path) -> None:

@@ -6,13 +6,10 @@ The full report is rendered here, while the records are at hand; the tick stores
 `<exp>-report`, named by `status.resultsRef`, when its decision says so (`Action.STORE_REPORT`:
 `put_report`).
 
-The CPU-heavy steps (parsing the records, the statistics, rendering the report) run in one analysis
-thread of their own (`in_analysis_lane`), one experiment's step at a time: kopf's event loop keeps
-ticking the other experiments, the default thread pool stays free for their API calls. However
-many experiments finish together, at most `COLLECTIONS` are collected at once (`one_collection`,
-from reading the results to rendering the report): only their results are held in memory, not every
-waiting experiment's parsed records at once, while one collection's waits (the API server,
-Prometheus) overlap another's analysis (benchmarks/README.md, "Many experiments").
+Its one job is the collection's order: read the stages and every round measured so far
+(`reading.py`), judge the stages and fold the rounds in (`experiment/judgement.py`, in the analysis
+lane of `lane.py`), add the GPU telemetry and stage times (`gpu.py`), and render the report. At most
+`COLLECTIONS` experiments are collected at once (`lane.one_collection`).
 """
 
 from __future__ import annotations
@@ -21,146 +18,36 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import functools
 import gzip
 import json
-import threading
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from specdecode import results
 from specdecode.controller import observe
+from specdecode.controller.gpu import gpu_telemetry, with_times
 from specdecode.controller.kube import CONFIG_MAP, Kube
+from specdecode.controller.lane import COLLECTIONS as COLLECTIONS
+from specdecode.controller.lane import in_analysis_lane, one_at_a_time
+from specdecode.controller.reading import measured, prometheus_url, read_results, with_prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
-    confirm,
     crossover,
+    judgement,
     keys,
     kvcache,
-    loadpods,
     manifests,
     promql,
-    recommendation,
     reconcile,
     records,
     rounds,
-    search,
     spec,
     status,
-    telemetry,
     verdict,
 )
-from specdecode.experiment.validity import Validity
 from specdecode.report import page
 from specdecode.sources import prometheus
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-_lane: ThreadPoolExecutor | None = None
-_lane_lock = threading.Lock()
-_collections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-# Collections at once. Each holds one experiment's results (at the default results limit up to
-# ~300 MiB parsed, benchmarks/README.md "Results size"): two stay within the operator's 1 GiB limit;
-# one at a time left the analysis thread idle while a collection waited on the API server and
-# Prometheus ("Many experiments").
-COLLECTIONS = 2
-
-
-def one_collection() -> asyncio.Semaphore:
-    """The slot that one experiment's collection holds (`COLLECTIONS` per event loop)."""
-    loop = asyncio.get_running_loop()
-    slots = _collections.get(loop)
-    if slots is None:
-        slots = _collections[loop] = asyncio.Semaphore(COLLECTIONS)
-    return slots
-
-
-def one_at_a_time(fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
-    """`fn` holds a slot of `one_collection()` while it runs: at most `COLLECTIONS` experiments'
-    parsed records in memory at a time."""
-
-    @functools.wraps(fn)
-    async def holding(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        async with one_collection():
-            return await fn(*args, **kwargs)
-
-    return holding
-
-
-async def in_analysis_lane(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-    """Run `fn` in the operator's single analysis thread (created on first use, shared by every
-    experiment), off the event loop and out of the default pool that the API calls use."""
-    global _lane
-    with _lane_lock:
-        if _lane is None:
-            _lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdecode-analysis")
-        lane = _lane
-    return await asyncio.get_running_loop().run_in_executor(lane, functools.partial(fn, *args, **kwargs))
-
-
-def with_times(
-    stages: Sequence[status.StageResult], windows: Sequence[records.StageWindow], anchor: records.RunAnchor
-) -> list[status.StageResult]:
-    """Each stage with its window's wall-clock start and end (RFC 3339), for the dashboard's markers."""
-
-    def rfc3339(monotonic: float) -> str:
-        moment = datetime.fromtimestamp(anchor.wall + monotonic, UTC)
-        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-    by_stage = {w.stage: w for w in windows}
-    return [
-        s.model_copy(update={"started_at": rfc3339(w.start), "finished_at": rfc3339(w.end)})
-        if (w := by_stage.get(s.name)) is not None
-        else s
-        for s in stages
-    ]
-
-
-def gpu_telemetry(
-    source: prometheus.PrometheusSource | Any,
-    stages: Sequence[status.StageResult],
-    windows: Sequence[records.StageWindow],
-    anchor: records.RunAnchor,
-    *,
-    namespace: str,
-    name: str,
-    settings: OperatorSettings,
-) -> list[status.StageResult]:
-    """Each stage with its arms' GPU telemetry from the DCGM exporter (`telemetry.py`), over its window."""
-    by_stage = {w.stage: w for w in windows}
-    names = manifests.Names(name)
-    selectors = {
-        arm: telemetry.pod_selector(
-            namespace_label=settings.label_names.dcgm_namespace,
-            pod_label=settings.label_names.dcgm_pod,
-            namespace=namespace,
-            deployment=names.arm(arm),
-        )
-        for arm in spec.Arm
-    }
-    updated = []
-    # the arms' queries of a stage at once, on one pair of threads for every stage
-    with ThreadPoolExecutor(max_workers=len(spec.Arm), thread_name_prefix="specdecode-gpu") as both:
-        for stage in stages:
-            window = by_stage.get(stage.name)
-            if window is None:
-                updated.append(stage)
-                continue
-            start, end = anchor.wall + window.start, anchor.wall + window.end
-            arms = {
-                arm: both.submit(prometheus.arm_gpu, source, selectors[arm], start=start, end=end)
-                for arm in spec.Arm
-            }
-            gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL].result(), arms[spec.Arm.TREATMENT].result())
-            updated.append(stage.model_copy(update={"gpu": gpu}))
-    return updated
 
 
 async def arms_scraped(
@@ -212,11 +99,6 @@ async def kv_capacities(
         return await asyncio.to_thread(read)
     except prometheus.PrometheusUnavailable:
         return {}
-
-
-def prometheus_url(experiment: spec.ExperimentSpec, settings: OperatorSettings) -> str | None:
-    """The experiment's Prometheus (`spec.prometheus.url`), else the operator's default (None: neither)."""
-    return experiment.prometheus.url if experiment.prometheus else settings.prometheus_url
 
 
 def report_config_map(name: str, html: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -294,128 +176,6 @@ async def put_report(kube: Kube, rendered: reconcile.Report, metadata: Mapping[s
     return report
 
 
-Measured = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], Validity | None]
-"""A round's records, clock anchor, stage windows and validity block."""
-
-
-async def read_results(
-    kube: Kube,
-    metadata: Mapping[str, Any],
-    settings: OperatorSettings,
-    *,
-    job_uid: str | None,
-    round_name: str | None = None,
-    pods: int = 1,
-) -> Measured:
-    """The results that this generation's load Job (`job_uid`) of a round (None: the stages) stored,
-    parsed off the event loop (the summary's validity block, None when it has none); raises
-    `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`). A Job of `pods` > 1
-    load pods: every pod's bundle, each read and trusted as one Job's, merged into one
-    (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
-    shards = []
-    for pod in [None] if pods == 1 else [(k, pods) for k in range(pods)]:
-        bundle = await results.download(
-            kube,
-            namespace=str(metadata["namespace"]),
-            experiment=str(metadata["name"]),
-            generation=int(metadata.get("generation") or 1),
-            job_uid=job_uid,
-            limits=settings.results_limits,
-            round_name=round_name,
-            pod=pod,
-        )
-        try:
-            shards.append(await in_analysis_lane(results.parse, bundle))
-        except ValueError as exc:
-            raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
-        del bundle
-    recs, anchor, windows, summary = (
-        shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
-    )
-    return recs, anchor, windows, Validity.of_summary(summary)
-
-
-async def with_prometheus(
-    source: prometheus.PrometheusSource,
-    windows: list[records.StageWindow],
-    anchor: records.RunAnchor,
-    *,
-    namespace: str,
-    name: str,
-    settings: OperatorSettings,
-) -> list[records.StageWindow]:
-    """`prometheus.with_prometheus` with each arm's queries in a thread of its own, at once: a
-    collection waits for the slower arm, not for both one after the other."""
-    by_arm = await asyncio.gather(
-        *(
-            asyncio.to_thread(
-                prometheus.with_prometheus,
-                source,
-                windows,
-                anchor,
-                namespace=namespace,
-                name=name,
-                names=settings.label_names,
-                arms=(arm,),
-            )
-            for arm in spec.Arm
-        )
-    )
-    return [
-        window.model_copy(update={"server": {k: v for one in by_arm for k, v in one[i].server.items()}})
-        for i, window in enumerate(windows)
-    ]
-
-
-async def measured(
-    kube: Kube,
-    metadata: Mapping[str, Any],
-    experiment: spec.ExperimentSpec,
-    settings: OperatorSettings,
-    *,
-    job_uid: str | None,
-    round_name: str | None = None,
-) -> Measured | reconcile.CollectFailure:
-    """One round's results (None: the stages) with each window's server metrics from Prometheus."""
-    name, namespace = metadata["name"], metadata["namespace"]
-    try:
-        recs, anchor, windows, block = await read_results(
-            kube,
-            metadata,
-            settings,
-            job_uid=job_uid,
-            round_name=round_name,
-            pods=experiment.workload.load_pods,
-        )
-    except results.ResultsError as exc:
-        return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
-    url = prometheus_url(experiment, settings)
-    if url is None:
-        return reconcile.CollectFailure(
-            "PrometheusNotConfigured", "set spec.prometheus.url, or the operator's default Prometheus URL"
-        )
-    source = prometheus.PrometheusSource(url)
-    try:
-        windows = await with_prometheus(
-            source, windows, anchor, namespace=namespace, name=name, settings=settings
-        )
-    except prometheus.PrometheusBadResponse as exc:
-        return reconcile.CollectFailure(
-            "PrometheusBadResponse", f"Prometheus answered nonsense: {exc}", transient=True
-        )
-    except prometheus.PrometheusUnavailable as exc:
-        return reconcile.CollectFailure(
-            "PrometheusUnavailable", f"Prometheus did not answer: {exc}", transient=True
-        )
-    except prometheus.PrometheusNoData as exc:
-        return reconcile.CollectFailure(
-            "PrometheusNoData",
-            f"Prometheus has no data for the arms ({exc}); check that it scrapes pods labelled "
-            f"{keys.LABEL_EXPERIMENT}={name} and keeps that label as {settings.label_names.experiment}",
-        )
-    return recs, anchor, windows, block
-
-
 @one_at_a_time
 async def collect(
     kube: Kube,
@@ -429,9 +189,11 @@ async def collect(
     """Results + Prometheus -> verdict, or why not; or the round owed before the verdict (`rounds.py`).
 
     `job_uids`: the uid of each load Job by round (None: the stages' Job). Every round measured so
-    far is folded in, in `run --local`'s order: the search's probes (`search.progress`; the
-    recommendation rests on them too), the crossover's (`crossover.apply`), then the confirmation's
-    (`confirm.fold`). One experiment at a time (`one_collection`).
+    far is read first, then folded in by the core's fold that `run --local` calls too
+    (`judgement.fold`): the search's probes, the crossover's swapped round, the confirmation round.
+    The rounds' records are held together with the stages' while they are folded (each round is
+    one probe stage, a fraction of the stages, or the stages once more). One experiment at a time
+    (`one_collection`).
     """
     metadata = body["metadata"]
     name = metadata["name"]
@@ -439,31 +201,26 @@ async def collect(
     if isinstance(first, reconcile.CollectFailure):
         return first
     recs, anchor, windows, block = first
-    checked: status.CrossoverResult | reconcile.CollectFailure | None = None
     try:
         analysis = await in_analysis_lane(verdict.analyse, experiment, recs, windows, validity=block)
-        searched = (
-            await _search(kube, metadata, experiment, current, settings, job_uids)
-            if analysis.measured
-            else (None, None)
-        )
-        if isinstance(searched, reconcile.CollectFailure):
-            return searched
-        found, owed = searched
-        if owed is None:
-            analysis, checked, owed = await _crossover(
-                kube, metadata, experiment, current, settings, analysis, job_uids
-            )
-        if found is not None and found.probes and analysis.measured:
-            probed = recommendation.recommend(experiment, [*analysis.stages, *found.probes])
-            analysis = replace(analysis, recommendation=probed)
     except (ArithmeticError, ValueError, TypeError) as exc:
-        # The same data fails the same way on every try: a reason, not an operator retrying forever.
-        return reconcile.CollectFailure(
-            "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
-        )
-    if isinstance(checked, reconcile.CollectFailure):
-        return checked
+        return _analysis_failed(exc)
+    # The rounds are read only for a verdict: without one, none is folded in nor owed.
+    read = (
+        await _rounds_read(kube, metadata, experiment, current, settings, job_uids)
+        if analysis.measured
+        else {}
+    )
+    if isinstance(read, reconcile.CollectFailure):
+        return read
+    inputs = judgement.Measured(rounds=read, environment=current.environment, placement=_placement(current))
+    try:
+        folded = await in_analysis_lane(judgement.fold, experiment, current, analysis, inputs)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        return _analysis_failed(exc)
+    if isinstance(folded, reconcile.CollectFailure):
+        return folded
+    analysis, checked, found, owed = folded.analysis, folded.crossover, folded.search, folded.next_round
     try:
         gpu = await asyncio.to_thread(
             gpu_telemetry,
@@ -482,14 +239,7 @@ async def collect(
     analysis = dataclasses.replace(analysis, stages=gpu)
     if analysis.verdict is None:
         return reconcile.CollectFailure(str(analysis.reason), analysis.message)
-    message = analysis.message
-    advised = analysis.recommendation
-    if owed is None and experiment.analysis.confirm:
-        confirmed = await _confirmation(kube, metadata, experiment, current, settings, analysis, job_uids)
-        if isinstance(confirmed, reconcile.CollectFailure):
-            return confirmed
-        advised, owed, note = confirmed
-        message = f"{message}; {note}" if note else message
+    message, advised = folded.message, folded.recommendation
     stages = with_times(analysis.stages, windows, anchor)
     if owed is not None:
         return reconcile.Judgement(
@@ -525,154 +275,54 @@ async def collect(
     )
 
 
-async def _search(
+def _analysis_failed(exc: Exception) -> reconcile.CollectFailure:
+    """The same data fails the same way on every try: a reason, not an operator retrying forever."""
+    return reconcile.CollectFailure(
+        "AnalysisFailed", f"the results could not be analysed ({type(exc).__name__}: {exc})"
+    )
+
+
+async def _rounds_read(
     kube: Kube,
     metadata: Mapping[str, Any],
     experiment: spec.ExperimentSpec,
     current: status.ExperimentStatus,
     settings: OperatorSettings,
     job_uids: Mapping[str | None, str | None],
-) -> tuple[status.SearchResult | None, status.Round | None] | reconcile.CollectFailure:
-    """`workload.search`: `status.search` from the probes measured so far (each judged as
-    `run --local` judges it) and the next probe's round if one is owed; or a transient failure to
-    retry. A probe that could not be measured stops the search (`ProbeFailed`)."""
-    wanted = experiment.workload.search
-    if wanted is None:
-        return None, None
-    judged: list[tuple[float, status.StageResult]] = []
-    for round_ in rounds.probes(current):
-        stage = rounds.probe_stage(experiment, round_)
-        assert stage is not None and round_.load is not None and round_.probe is not None
+) -> dict[str, judgement.Measurement | judgement.Unmeasured] | reconcile.CollectFailure:
+    """What each round of `current` that did not fail measured (its load Job's results, with
+    Prometheus' figures), or why it cannot be read; a transient failure (Prometheus) is retried."""
+    read: dict[str, judgement.Measurement | judgement.Unmeasured] = {}
+    for round_ in current.rounds:
         if round_.outcome == rounds.FAILED:
-            return search.failed(wanted, judged, round_.name, round_.message or "failed"), None
-        probe = await measured(
+            continue
+        got = await measured(
             kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
         )
-        if isinstance(probe, reconcile.CollectFailure):
-            if probe.transient:
-                return probe
-            return search.failed(wanted, judged, round_.name, f"{probe.reason}: {probe.message}"), None
-        recs, _, windows, block = probe
-        result = await in_analysis_lane(
-            search.judge_probe,
-            experiment,
-            stage,
-            recs,
-            windows,
-            validity=block,
-            index=round_.probe,
-        )
-        judged.append((round_.load, result))
-    step, found = search.progress(wanted, judged)
-    if step.next_load is None:
-        return found, None
-    owed = rounds.probe_round(wanted, len(judged) + 1, step.next_load)
-    if rounds.find(current, owed.name) is not None:
-        # The round kept its name but lost `probe` and `load`: the API server pruned the fields its
-        # CRD does not know. Owing it again would run the same probe forever.
-        return reconcile.CollectFailure(
-            "CrdOutdated",
-            f"status.rounds[] lost the probe fields of {owed.name}: the installed CRD is older than the "
-            "operator; apply crds/specdecodeexperiments.specdecode.io.yaml of the operator's release",
-        )
-    return found, owed
+        if isinstance(got, reconcile.CollectFailure):
+            if got.transient:
+                return got
+            read[round_.name] = judgement.Unmeasured(f"{got.reason}: {got.message}")
+            continue
+        round_recs, _, round_windows, round_block = got
+        read[round_.name] = judgement.Measurement(round_recs, round_windows, round_block)
+    return read
 
 
-async def _crossover(
-    kube: Kube,
-    metadata: Mapping[str, Any],
-    experiment: spec.ExperimentSpec,
-    current: status.ExperimentStatus,
-    settings: OperatorSettings,
-    analysis: verdict.Analysis,
-    job_uids: Mapping[str | None, str | None],
-) -> tuple[verdict.Analysis, status.CrossoverResult | reconcile.CollectFailure | None, status.Round | None]:
-    """`analysis.crossover`: whether the swapped round is owed (the third item), or the stages'
-    analysis with the swapped round folded in, and `status.crossover`."""
-    a = experiment.analysis
-    if a.crossover is spec.Crossover.OFF:
-        return analysis, None, None
+def _placement(current: status.ExperimentStatus) -> judgement.Placement:
+    """Where the arms ran, by node: the stages' nodes, the swapped round's, and whether they differ."""
     environment = current.environment
-    if analysis.verdict is None:
-        return analysis, crossover.skipped(a, crossover.NOT_MEASURED, "no verdict to check"), None
-    if not crossover.wanted(a, environment):
-        return analysis, crossover.not_apart(a), None
     first = rounds.first_nodes(environment)
+    swapped = rounds.find(current, rounds.CROSSOVER)
+    unswappable = None
     if environment is None or not environment.host_differences or first.control == first.treatment:
         why = "both arms ran on one node (each on its own GPUs): nothing to swap"
-        return analysis, crossover.skipped(a, crossover.SAME_PLACEMENT, why), None
-    round_ = rounds.find(current, rounds.CROSSOVER)
-    if round_ is None:
-        if first.control is None or first.treatment is None:
-            return (
-                *crossover.apply(experiment, analysis, [], [first], failure="the arms' nodes are unknown"),
-                None,
-            )
-        return analysis, None, rounds.crossover_round(environment)
-    placements = rounds.placements(environment, round_)
-    if round_.outcome == rounds.FAILED:
-        return (
-            *crossover.apply(experiment, analysis, [], placements, failure=round_.message or "failed"),
-            None,
-        )
-    swapped = await measured(
-        kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
+        unswappable = (crossover.SAME_PLACEMENT, why)
+    return judgement.Placement(
+        first=first,
+        swapped=(swapped.nodes or status.CrossoverPlacement()) if swapped is not None else None,
+        unswappable=unswappable,
     )
-    if isinstance(swapped, reconcile.CollectFailure):
-        if swapped.transient:
-            return analysis, swapped, None
-        failure = f"{swapped.reason}: {swapped.message}"
-        return (*crossover.apply(experiment, analysis, [], placements, failure=failure), None)
-    recs, _, windows, block = swapped
-    invalid = crossover.invalid(block)
-    if invalid is not None:
-        return (*crossover.apply(experiment, analysis, [], placements, failure=invalid), None)
-    round_spec = rounds.load_spec(experiment, round_)
-    judged = await in_analysis_lane(verdict.analyse, round_spec, recs, windows, validity=block)
-    return (*crossover.apply(experiment, analysis, judged.stages, placements), None)
-
-
-async def _confirmation(
-    kube: Kube,
-    metadata: Mapping[str, Any],
-    experiment: spec.ExperimentSpec,
-    current: status.ExperimentStatus,
-    settings: OperatorSettings,
-    analysis: verdict.Analysis,
-    job_uids: Mapping[str | None, str | None],
-) -> tuple[status.Recommendation | None, status.Round | None, str | None] | reconcile.CollectFailure:
-    """`analysis.confirm`: (the recommendation with its confirmation, the round if it is owed, a note
-    for the message), or a transient failure to retry."""
-    rec = analysis.recommendation
-    round_ = rounds.find(current, rounds.CONFIRMATION)
-    if round_ is None:
-        schedule = rec.num_speculative_tokens_per_batch_size if rec is not None else None
-        if schedule is None:
-            return confirm.not_run(rec, confirm.Reason.NO_SCHEDULE), None, None
-        crossed = rounds.find(current, rounds.CROSSOVER) is not None
-        return rec, rounds.confirmation_round(schedule, current.environment, crossed=crossed), None
-    failed = confirm.not_run(rec, confirm.Reason.ROUND_FAILED)
-    if round_.outcome == rounds.FAILED or round_.schedule is None:
-        return failed, None, f"the confirmation round failed: {round_.message}"
-    second = await measured(
-        kube, metadata, experiment, settings, job_uid=job_uids.get(round_.name), round_name=round_.name
-    )
-    if isinstance(second, reconcile.CollectFailure):
-        if second.transient:
-            return second
-        return failed, None, f"the confirmation round failed: {second.reason}: {second.message}"
-    recs, _, windows, block = second
-    planned = confirm.plan(experiment, analysis.stages, round_.schedule)
-    judged = await in_analysis_lane(
-        confirm.judge,
-        rounds.arm_spec(experiment, round_),
-        planned,
-        recs,
-        windows,
-        validity=block,
-    )
-    folded = confirm.fold(rec or status.Recommendation(), judged)
-    return folded, None, None
 
 
 async def salvage(

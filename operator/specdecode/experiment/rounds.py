@@ -1,10 +1,10 @@
 """The operator's rounds after the stages: the break-even search's probes, the crossover's swapped
 round and the confirmation round. Pure.
 
-`specdecode run --local` runs them all in its own process (`local/runner.py`). The operator runs each
-as a round of its one lifecycle (`reconcile.py`): once the stages are judged (Analyzing), the
-collector (`controller/collect.py`) says whether a round is owed; the decision function appends it to `status.rounds`
-and goes through the phases again:
+Both lifecycles run each as a round (`reconcile.py`; `specdecode run --local` in its own process,
+`local/runner.py`): once the stages are judged (Analyzing), the fold (`judgement.py`, called by the
+operator's collector `controller/collect.py` and by `local/judging.py`) says whether a round is owed;
+the decision function appends it to `status.rounds` and goes through the phases again:
 
 - **Deploying**: the arms the round starts again (`started`) are re-rendered (`arm_spec`) and
   pinned to the round's nodes (`status.rounds[].nodes`); the round waits for their new pods
@@ -12,8 +12,8 @@ and goes through the phases again:
 - **Running**: the round's own load Job `<exp>-load-<round>` reads the round's spec (`load_spec`)
   and plans with the first Job's salt, so every round sends the same prompts on the same schedule.
 - **Analyzing**: everything is judged again from the stored results, with every round measured so
-  far folded in (`search.progress`, `crossover.apply`, `confirm.fold`), and the next round, if any,
-  is asked for.
+  far folded in (`judgement.fold`: `search.progress`, `crossover.apply`, `confirm.fold`), and the
+  next round, if any, is asked for.
 
 A search probe (`probe_round`: one paired stage at the load `search.step` chose from the probes
 judged so far) starts no arm again: it goes from Analyzing straight to Running.
