@@ -70,17 +70,18 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(directory: Path, timeout: float = 90.0) -> Iterator[S3Server]:
-    """s3proxy on a free loopback port, its objects under `directory`; stopped on exit."""
+def running(directory: Path, *, host: str = "127.0.0.1", timeout: float = 90.0) -> Iterator[S3Server]:
+    """s3proxy on a free port of `host` (e2e: the node agent's bridge, which pods reach), its objects
+    under `directory`; stopped on exit."""
     data = directory / "buckets"
     data.mkdir(parents=True)
     port = _free_port()
-    server = S3Server(f"http://127.0.0.1:{port}", "test-" + secrets.token_hex(4), secrets.token_hex(16), data)
+    server = S3Server(f"http://{host}:{port}", "test-" + secrets.token_hex(4), secrets.token_hex(16), data)
     conf = directory / "s3proxy.conf"
     conf.write_text(
         "\n".join(
             [
-                f"s3proxy.endpoint=http://127.0.0.1:{port}",
+                f"s3proxy.endpoint={server.endpoint}",
                 "s3proxy.authorization=aws-v4",
                 f"s3proxy.identity={server.access_key}",
                 f"s3proxy.credential={server.secret_key}",

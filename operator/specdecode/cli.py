@@ -356,6 +356,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     from specdecode import results
     from specdecode.controller import kube
     from specdecode.experiment import documents, keys, manifests
+    from specdecode.results import s3
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -384,6 +385,23 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
                 "blockOwnerDeletion": False,
             }
         )
+    where = f" {note}" if note else ""
+    bucket = s3.from_env()
+    if bucket is not None:  # the operator's S3 store (chart values resultsStore.s3): one object
+        url = asyncio.run(
+            s3.upload(
+                bucket,
+                args.out,
+                namespace=namespace,
+                experiment=name,
+                prefix=args.results_configmap,
+                generation=args.generation or 1,
+                job_uid=job_uid or "none",
+                pod=args.load_pod,
+            )
+        )
+        print(f"stored the results{where} in {url}", file=sys.stderr)
+        return
     client = kube.Kube.from_environment()
     try:
         count = asyncio.run(
@@ -400,7 +418,6 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
         )
     finally:
         client.close()
-    where = f" {note}" if note else ""
     prefix = results.pod_prefix(args.results_configmap, args.load_pod)
     print(f"stored the results{where} in {count} ConfigMap(s) {prefix}-*", file=sys.stderr)
 

@@ -52,7 +52,7 @@ def with_store(
 def test_a_bundle_stored_and_read_back_parses_to_the_same_results(server: S3Server) -> None:
     _, files = varied_run()
     blob = results.encode_files(files)
-    key = s3.object_key("team-a", "exp", 3, "uid-1", pod=(1, 2))
+    key = s3.object_key("team-a", "exp", 3, "exp-results", "uid-1", pod=(1, 2))
 
     async def use(store: s3.Store) -> tuple[str, bytes, dict[str, int]]:
         url = await store.put(store.location.key(key), blob)
@@ -63,7 +63,9 @@ def test_a_bundle_stored_and_read_back_parses_to_the_same_results(server: S3Serv
         )
 
     url, back, listed = with_store(server, use)
-    assert url == f"s3://{BUCKET}/runs/team-a/exp/generation-3/job-uid-1/stages/pod-1-of-2.results.v2.npz"
+    assert (
+        url == f"s3://{BUCKET}/runs/team-a/exp/generation-3/exp-results/job-uid-1/pod-1-of-2.results.v2.npz"
+    )
     assert back == blob
     assert listed == {f"runs/{key}": len(blob)}
     assert len(results.parse(results.Bundle(back))[0]) == 244

@@ -301,6 +301,7 @@ async def read_results(
             limits=settings.results_limits,
             round_name=round_name,
             pod=pod,
+            store=settings.results_s3,
         )
         try:
             shards.append(await in_analysis_lane(results.parse, bundle))
@@ -485,7 +486,9 @@ async def collect(
     judged = analysis.apply(current).model_copy(
         update={"crossover": checked, "recommendation": advised, "message": message, "search": found}
     )
-    ref: status.ResultsRef | None = status.ResultsRef(config_map=f"{name}-report")
+    ref: status.ResultsRef | None = status.ResultsRef(
+        config_map=f"{name}-report", objects=results.objects_url(settings.results_s3, metadata)
+    )
     try:
         await store_report(kube, judged, recs, windows, experiment, metadata)
     except ReportNameTaken as exc:  # the verdict stands; only its report has nowhere to go

@@ -54,17 +54,34 @@ class ResultsUnsupported(ResultsError):
     reason = "ResultsUnsupported"
 
 
+CONFIG_MAP_MAX_BYTES = 48 * 1024 * 1024
+"""The most results that go through ConfigMaps, inflated (`SPECDECODE_RESULTS_CONFIGMAP_MAX_BYTES`):
+each experiment then keeps up to ~`max_parts` ConfigMaps of up to 1 MiB in etcd. Beyond it, the S3
+store (`s3.py`)."""
+
+
 @dataclass(frozen=True)
 class Limits:
-    """How much of the results the operator reads (its memory while judging grows with this)."""
+    """How much of the results the operator reads (its memory while judging grows with this), and
+    how much an experiment may plan to store where the operator keeps results."""
 
     max_bytes: int = 48 * 1024 * 1024
-    """The bundle, uncompressed (`SPECDECODE_RESULTS_MAX_BYTES`)."""
+    """The bundle, uncompressed (`SPECDECODE_RESULTS_MAX_BYTES`), whatever the store."""
+    config_map_bytes: int = CONFIG_MAP_MAX_BYTES
+    """The results through ConfigMaps, uncompressed (`SPECDECODE_RESULTS_CONFIGMAP_MAX_BYTES`)."""
+    s3: bool = False
+    """The results go to the S3 store (chart values `resultsStore.s3`), not to ConfigMaps."""
 
     @property
     def max_parts(self) -> int:
         """Gzip of incompressible data is barely larger than the data: one part more covers it."""
         return self.max_bytes // PART_BYTES + 2
+
+    @property
+    def store_bytes(self) -> int:
+        """What an experiment's planned results may inflate to in the configured store: the S3 store's
+        own limit (5 GiB an object) is far above what the operator reads, so `max_bytes` there."""
+        return self.max_bytes if self.s3 else min(self.max_bytes, self.config_map_bytes)
 
 
 # A packed record (version 2): 267 bytes of typed columns (int64/float64 numbers, int32 string
@@ -95,16 +112,26 @@ def check_size(experiment: spec.ExperimentSpec, limits: Limits) -> str | None:
     Checked before anything is deployed: better than hours of GPUs ending in ResultsTooLarge.
     """
     planned = planned_bytes(experiment)
-    if planned <= limits.max_bytes:
+    if planned <= limits.store_bytes:
         return None
     workload = experiment.workload
-    return (
+    size = (
         f"spec.workload: up to {mib(planned)} of packed results ({_planned_requests(experiment)} "
         "requests to each arm: "
         f"{len(workload.stages)} stage(s) of up to {workload.requests_per_stage} requests, and "
-        f"{workload.warmup_requests} warm-up), more than the {mib(limits.max_bytes)} the operator reads "
-        f"(SPECDECODE_RESULTS_MAX_BYTES) in up to {limits.max_parts} ConfigMaps; lower "
-        "requestsPerStage or the number of stages, or raise that limit with the operator's memory"
+        f"{workload.warmup_requests} warm-up)"
+    )
+    lower = "lower requestsPerStage or the number of stages"
+    if planned <= limits.max_bytes:  # within what the operator reads, beyond what it keeps in ConfigMaps
+        return (
+            f"{size}, more than the {mib(limits.config_map_bytes)} the operator stores in ConfigMaps "
+            f"(SPECDECODE_RESULTS_CONFIGMAP_MAX_BYTES, the chart's resultsStore.configMaps.maxBytes); "
+            f"{lower}, or give the operator an S3 bucket for results (the chart's resultsStore.s3)"
+        )
+    where = "from its S3 store" if limits.s3 else f"in up to {limits.max_parts} ConfigMaps"
+    return (
+        f"{size}, more than the {mib(limits.max_bytes)} the operator reads "
+        f"(SPECDECODE_RESULTS_MAX_BYTES) {where}; {lower}, or raise that limit with the operator's memory"
     )
 
 

@@ -33,13 +33,21 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 
-from specdecode.results.format import DATA_KEY
-from specdecode.results.limits import ResultsCorrupt, ResultsError, ResultsMissing, ResultsTooLarge, mib
+from specdecode.results.format import DATA_KEY, Bundle, encode_dir
+from specdecode.results.limits import (
+    Limits,
+    ResultsCorrupt,
+    ResultsError,
+    ResultsMissing,
+    ResultsTooLarge,
+    mib,
+)
 
 SCHEME = "s3://"
 DIGEST_HEADER = "x-amz-meta-bundle-digest"
@@ -142,20 +150,24 @@ class Location:
         return f"{SCHEME}{self.bucket}/{key}"
 
 
+def generation_prefix(namespace: str, experiment: str, generation: int) -> str:
+    """The key prefix of every bundle of one generation of an experiment (`status.resultsRef.objects`)."""
+    return f"{namespace}/{experiment}/generation-{generation}/"
+
+
 def object_key(
     namespace: str,
     experiment: str,
     generation: int,
+    prefix: str,
     job_uid: str,
-    *,
-    round_name: str | None = None,
     pod: tuple[int, int] | None = None,
 ) -> str:
-    """Where load Job `job_uid` stores the bundle of load pod `pod` (k, N) for a generation of an
-    experiment, under the location's prefix (the operator computes it; nothing else is read)."""
-    part = "stages" if round_name is None else f"round-{round_name}"
+    """Where load Job `job_uid` stores the bundle of load pod `pod` (k, N; None: its only pod) for a
+    generation, under the location's prefix: `prefix` is the Job's ConfigMap prefix (`<exp>-results`,
+    a round's `<exp>-results-<round>`). The operator computes it; nothing else is read."""
     k, n = pod if pod is not None else (0, 1)
-    return f"{namespace}/{experiment}/generation-{generation}/job-{job_uid}/{part}/pod-{k}-of-{n}.{DATA_KEY}"
+    return f"{generation_prefix(namespace, experiment, generation)}{prefix}/job-{job_uid}/pod-{k}-of-{n}.{DATA_KEY}"
 
 
 class Store:
@@ -402,16 +414,77 @@ def sign(
     return out
 
 
-def from_env(env: Mapping[str, str] | None = None) -> Store | None:
-    """The operator's or load pod's store from `SPECDECODE_RESULTS_S3_*` (None: no bucket, ConfigMaps)."""
+ENV = {
+    "bucket": "SPECDECODE_RESULTS_S3_BUCKET",
+    "prefix": "SPECDECODE_RESULTS_S3_PREFIX",
+    "endpoint": "SPECDECODE_RESULTS_S3_ENDPOINT",
+    "region": "SPECDECODE_RESULTS_S3_REGION",
+}
+"""The variables the chart sets on the operator, and the operator on its load Jobs (`as_env`)."""
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Location | None:
+    """The operator's or load pod's bucket from `SPECDECODE_RESULTS_S3_*` (None: none, ConfigMaps)."""
     env = os.environ if env is None else env
-    bucket = env.get("SPECDECODE_RESULTS_S3_BUCKET", "")
+    bucket = env.get(ENV["bucket"], "")
     if not bucket:
         return None
-    location = Location(
+    return Location(
         bucket,
-        env.get("SPECDECODE_RESULTS_S3_PREFIX", ""),
-        env.get("SPECDECODE_RESULTS_S3_ENDPOINT", ""),
-        env.get("SPECDECODE_RESULTS_S3_REGION") or "us-east-1",
+        env.get(ENV["prefix"], ""),
+        env.get(ENV["endpoint"], ""),
+        env.get(ENV["region"]) or "us-east-1",
     )
-    return Store(location, Credentials.from_env(env))
+
+
+def as_env(location: Location) -> dict[str, str]:
+    """`from_env`'s variables for `location` (what the operator gives its load Jobs)."""
+    return {
+        ENV["bucket"]: location.bucket,
+        ENV["prefix"]: location.prefix,
+        ENV["endpoint"]: location.endpoint,
+        ENV["region"]: location.region,
+    }
+
+
+async def upload(
+    location: Location,
+    directory: Path,
+    *,
+    namespace: str,
+    experiment: str,
+    prefix: str,
+    generation: int,
+    job_uid: str,
+    pod: tuple[int, int] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Store the result files of `directory` as one object (`object_key`); returns its s3:// URL."""
+    store = Store(location, Credentials.from_env(os.environ if env is None else env, location.settings))
+    try:
+        key = location.key(object_key(namespace, experiment, generation, prefix, job_uid, pod))
+        return await store.put(key, encode_dir(directory))
+    finally:
+        await store.aclose()
+
+
+async def download(
+    location: Location,
+    *,
+    namespace: str,
+    experiment: str,
+    prefix: str,
+    generation: int,
+    job_uid: str,
+    limits: Limits,
+    pod: tuple[int, int] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Bundle:
+    """The bundle load Job `job_uid` stored for `generation` (`parse` reads it), at most
+    `limits.max_bytes` read."""
+    store = Store(location, Credentials.from_env(os.environ if env is None else env, location.settings))
+    try:
+        key = location.key(object_key(namespace, experiment, generation, prefix, job_uid, pod))
+        return Bundle(await store.get(key, max_bytes=limits.max_bytes), limits.max_bytes)
+    finally:
+        await store.aclose()
