@@ -1,8 +1,11 @@
-"""Carrying the load Job's result files to the operator through ConfigMaps, and trusting only those.
+"""Carrying the load Job's result files to the operator through ConfigMaps (or an S3 bucket), and
+trusting only those.
 
 The Job writes `requests.jsonl`, `windows.json` and `loadgen-summary.json`; they are packed into one
-bundle (the format below) and split over ConfigMaps `<exp>-results-<i>` (binaryData, under the 1 MiB
-object limit).
+bundle (the format below, `format.py`) and split over ConfigMaps `<exp>-results-<i>` (binaryData,
+under the 1 MiB object limit; `configmaps.py`), or, when the operator is given a bucket, uploaded as
+one object per load pod (`s3.py`; `stores.py` picks the store). `limits.py`: the errors, and the size
+budget checked before anything is deployed.
 
 The bundle's format, version 2 (`VERSION`; binaryData key `results.v2.npz`): a NumPy `.npz` archive
 (zip, each member deflated) of typed columns, one row per request record, and a small JSON member
@@ -54,7 +57,8 @@ Errors, each with the status reason it ends in (`reason`)::
     ├── ResultsUntrusted   a part not written by this generation's load Job
     ├── ResultsTooLarge    more parts, a bigger part or a bigger bundle than the operator reads
     ├── ResultsCorrupt     the parts do not hash, inflate or parse to one bundle
-    └── ResultsUnsupported a bundle format newer than this operator reads
+    ├── ResultsUnsupported a bundle format newer than this operator reads
+    └── s3.ResultsStoreError the S3 bucket cannot be used as configured (reason ResultsStoreFailed)
 """
 
 from specdecode.results.configmaps import (

@@ -1,0 +1,117 @@
+"""`specdecode run --local --results-store s3://bucket/prefix` (issue 16): the run's bundle and
+result.json also go to an S3 bucket (a real s3proxy, tests/s3_server.py), the server and keys from the
+standard AWS variables; a bucket that is wrong is refused before any arm starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specdecode import exit_status, results
+from specdecode.results import s3
+from tests.local.test_run_local import write_experiment
+from tests.s3_server import S3Server, running
+
+BUCKET = "local-runs"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running(tmp_path_factory.mktemp("s3")) as srv:
+        srv.make_bucket(BUCKET)
+        yield srv
+
+
+def specdecode(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run(
+        [sys.executable, "-m", "specdecode", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **env},
+    )
+
+
+def test_a_local_run_stores_its_bundle_and_result_in_the_bucket(server: S3Server, tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20)
+    out = tmp_path / "out"
+    done = specdecode(
+        server.env(),
+        "run",
+        str(path),
+        "--local",
+        "--out",
+        str(out),
+        "--quiet",
+        "--results-store",
+        f"s3://{BUCKET}/team-a",
+    )
+    assert done.returncode in (exit_status.OK, exit_status.REJECTED), done.stderr
+    store = s3.Store(
+        s3.Location(BUCKET, endpoint=server.endpoint), s3.Credentials(server.access_key, server.secret_key)
+    )
+
+    async def read() -> tuple[dict[str, int], bytes, bytes]:
+        try:
+            listed = await store.list("team-a/experiment/")
+            (bundle,) = [k for k in listed if k.endswith("/results.v2.npz")]
+            (result,) = [k for k in listed if k.endswith("/result.json")]
+            return (
+                listed,
+                await store.get(bundle, max_bytes=1 << 26),
+                await store.get(result, max_bytes=1 << 26),
+            )
+        finally:
+            await store.aclose()
+
+    listed, bundle, result = asyncio.run(read())
+    assert len(listed) == 2, listed
+    assert bundle == (out / "results.v2.npz").read_bytes()
+    assert json.loads(result) == json.loads((out / "result.json").read_text())
+    assert len(results.parse(results.Bundle(bundle))[0]) >= 2 * 20  # both arms
+    assert f"stored the results in s3://{BUCKET}/team-a/experiment/" in done.stderr
+
+
+def test_a_missing_bucket_or_refused_keys_stop_the_run_before_any_arm(
+    server: S3Server, tmp_path: Path
+) -> None:
+    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20)
+    out = tmp_path / "out"
+    missing = specdecode(
+        server.env(),
+        "run",
+        str(path),
+        "--local",
+        "--out",
+        str(out),
+        "--results-store",
+        "s3://no-such-bucket/x",
+    )
+    assert missing.returncode == exit_status.INVALID, missing.stderr
+    assert "bucket 'no-such-bucket' does not exist" in missing.stderr
+    assert "--results-store s3://<bucket>/<prefix>" in missing.stderr
+    wrong = specdecode(
+        server.env(AWS_SECRET_ACCESS_KEY="wrong"),
+        "run",
+        str(path),
+        "--local",
+        "--out",
+        str(out),
+        "--results-store",
+        f"s3://{BUCKET}/x",
+    )
+    assert wrong.returncode == exit_status.INVALID, wrong.stderr
+    assert (
+        "refused the credentials" in wrong.stderr
+        and "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in wrong.stderr
+    )
+    assert "Traceback" not in missing.stderr + wrong.stderr
+    assert not out.exists()  # nothing ran
