@@ -171,3 +171,42 @@ def test_the_fetch_script_names_where_the_jar_is() -> None:
         ["bash", str(BUILD_SCRIPT), "--print-path"], capture_output=True, text=True, check=True
     )
     assert Path(out.stdout.strip()).name == "s3proxy.jar"
+
+
+def test_the_operator_reads_only_the_key_of_the_load_job_it_observed(server: S3Server) -> None:
+    """`results.download` with a bucket: the object of this generation's load Job (by uid) and pod,
+    nothing of another Job; no Job uid, nothing read at all."""
+    location = s3.Location(BUCKET, "op", server.endpoint)
+    env = server.env()
+    blob = results.encode_files(varied_run()[1])
+    key = location.key(s3.object_key("ns", "exp", 2, "exp-results", "job-a", (1, 2)))
+    with_store(server, lambda store: store.put(key, blob))
+
+    def download(job_uid: str | None, pod: tuple[int, int] = (1, 2)) -> results.Bundle:
+        async def go() -> results.Bundle:
+            return await results.download(
+                None,  # type: ignore[arg-type]  # no ConfigMap is read with a bucket
+                namespace="ns",
+                experiment="exp",
+                generation=2,
+                job_uid=job_uid,
+                pod=pod,
+                store=location,
+            )
+
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            return asyncio.run(go())
+
+    assert download("job-a").data == blob
+    with pytest.raises(results.ResultsMissing, match=r"job-b/pod-1-of-2\.results\.v2\.npz does not exist"):
+        download("job-b")
+    with pytest.raises(results.ResultsMissing, match="pod-0-of-2"):
+        download("job-a", (0, 2))
+    with pytest.raises(results.ResultsUntrusted, match="the load Job exp-load is gone"):
+        download(None)
+    assert results.objects_url(location, {"namespace": "ns", "name": "exp", "generation": 2}) == (
+        f"s3://{BUCKET}/op/ns/exp/generation-2/"
+    )
+    assert results.objects_url(None, {"namespace": "ns", "name": "exp"}) is None
