@@ -107,8 +107,9 @@ def test_wrong_credentials_are_refused_naming_the_secret(server: S3Server) -> No
         s3.ResultsStoreError, match=r"refused the credentials to write .*resultsStore\.s3\.credentialsSecret"
     ):
         with_store(server, lambda store: store.put("k", b"v"), secret="not-the-secret")
-    with pytest.raises(s3.ResultsStoreError, match="refused the credentials to list"):
+    with pytest.raises(s3.ResultsStoreError, match="refused the credentials to list") as refused:
         with_store(server, lambda store: store.check(), secret="not-the-secret")
+    assert not refused.value.transient  # failed at once: waiting does not fix a key
 
 
 def test_a_missing_bucket_is_named_with_its_setting(server: S3Server) -> None:
@@ -122,8 +123,9 @@ def test_a_missing_bucket_is_named_with_its_setting(server: S3Server) -> None:
 def test_an_endpoint_that_does_not_answer_is_named_with_its_setting(server: S3Server) -> None:
     with pytest.raises(
         s3.ResultsStoreError, match=r"127\.0\.0\.1:9 is unreachable .*resultsStore\.s3\.endpoint"
-    ):
+    ) as unreachable:
         with_store(server, lambda store: store.check(), endpoint="http://127.0.0.1:9")
+    assert unreachable.value.transient  # retried within the operator's analysis grace, as Prometheus is
 
 
 def test_the_configuration_is_checked_before_any_request() -> None:

@@ -367,7 +367,9 @@ async def measured(
             pods=experiment.workload.load_pods,
         )
     except results.ResultsError as exc:
-        return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
+        return reconcile.CollectFailure(
+            exc.reason, f"{exc}; read the load Job's log", transient=exc.transient
+        )
     url = prometheus_url(experiment, settings)
     if url is None:
         return reconcile.CollectFailure(

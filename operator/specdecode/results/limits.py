@@ -22,6 +22,8 @@ class ResultsError(Exception):
     """The results cannot be used; `reason` is the experiment's status reason."""
 
     reason = "ResultsMissing"
+    transient = False
+    """True: retried within the operator's analysis grace (an object store that did not answer)."""
 
 
 class ResultsMissing(ResultsError):

@@ -64,6 +64,10 @@ class ResultsStoreError(ResultsError):
 
     reason = "ResultsStoreFailed"
 
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -284,7 +288,8 @@ class Store:
         said = f": {message.group(1).decode(errors='replace')}" if message else ""
         raise ResultsStoreError(
             f"the S3 results store at {loc.base} ({loc.settings.endpoint}) answered HTTP {r.status_code} "
-            f"{code or ''} to {action} {where}{said}"
+            f"{code or ''} to {action} {where}{said}",
+            transient=r.status_code >= 500,  # SlowDown, InternalError, ServiceUnavailable: retried
         )
 
 
@@ -308,7 +313,8 @@ class _Streamed:
 def _unreachable(loc: Location, exc: Exception) -> ResultsStoreError:
     return ResultsStoreError(
         f"the S3 results store at {loc.base} is unreachable ({type(exc).__name__}: {exc}): check "
-        f"{loc.settings.endpoint}, and that this pod's network reaches it"
+        f"{loc.settings.endpoint}, and that this pod's network reaches it",
+        transient=True,
     )
 
 
