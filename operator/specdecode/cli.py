@@ -311,7 +311,7 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _loadgen(args: argparse.Namespace) -> int:
-    refused = _other_generation(args) or _load_pod(args)
+    refused = _other_generation(args) or _load_pod(args) or _results_store_refused(args)
     if refused:
         print(f"specdecode loadgen: {refused}", file=sys.stderr)
         return exit_status.INVALID
@@ -324,6 +324,29 @@ def _loadgen(args: argparse.Namespace) -> int:
             return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
         finally:
             _upload_finally(args)
+
+
+def _results_store_refused(args: argparse.Namespace, *, attempts: int = 3) -> str | None:
+    """Why the operator's S3 bucket (SPECDECODE_RESULTS_S3_*) cannot take this load's results (None:
+    it can, or results go to ConfigMaps): checked before the first request, not after the run. An
+    endpoint that does not answer is asked again (1, 2 s) before the load is refused."""
+    import time
+
+    from specdecode.results import s3
+
+    if not args.results_configmap:
+        return None
+    for attempt in range(attempts):
+        try:
+            location = s3.from_env()
+            if location is not None:
+                _in_bucket(location, lambda bucket: bucket.check())
+            return None
+        except s3.ResultsStoreError as exc:
+            if not exc.transient or attempt == attempts - 1:
+                return f"cannot store the results: {exc}"
+            time.sleep(2**attempt)
+    return None
 
 
 @contextlib.contextmanager

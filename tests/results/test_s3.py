@@ -212,3 +212,37 @@ def test_the_operator_reads_only_the_key_of_the_load_job_it_observed(server: S3S
         f"s3://{BUCKET}/op/ns/exp/generation-2/"
     )
     assert results.objects_url(None, {"namespace": "ns", "name": "exp"}) is None
+
+
+def test_a_load_pod_refuses_to_start_when_the_bucket_cannot_take_its_results(
+    server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before the first request: a wrong bucket or key ends the load Job at once (the
+    experiment LoadJobFailed, the log naming the value to fix), not after the whole measurement."""
+    import yaml
+
+    from specdecode import cli, exit_status
+    from tests.factories import experiment_document
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(yaml.safe_dump(experiment_document()))
+    argv = ["loadgen", "--experiment", str(experiment), "--control-url", "http://127.0.0.1:9"]
+    argv += [
+        "--treatment-url",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path / "out"),
+        "--results-configmap",
+        "e-results",
+    ]
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SPECDECODE_RESULTS_S3_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("SPECDECODE_RESULTS_S3_BUCKET", "no-such-bucket")
+    assert cli.main(argv) == exit_status.INVALID
+    assert "bucket 'no-such-bucket' does not exist" in capsys.readouterr().err
+    monkeypatch.setenv("SPECDECODE_RESULTS_S3_BUCKET", BUCKET)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    assert cli.main(argv) == exit_status.INVALID
+    assert "refused the credentials to list" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing was sent
