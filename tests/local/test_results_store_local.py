@@ -115,3 +115,23 @@ def test_a_missing_bucket_or_refused_keys_stop_the_run_before_any_arm(
     )
     assert "Traceback" not in missing.stderr + wrong.stderr
     assert not out.exists()  # nothing ran
+
+
+def test_an_upload_that_fails_after_the_run_exits_3_and_keeps_the_local_files(
+    server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bucket checked at the start can be gone at the end: one line, exit 3 ("could not write the
+    results"), and what was measured stays in the directory."""
+    from specdecode import cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "result.json").write_text('{"phase": "Completed"}')
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    gone = s3.Location.from_url("s3://bucket-removed-meanwhile/x", server.env())
+    assert cli._store_run(gone, out, "experiment") == exit_status.FAILED
+    err = capsys.readouterr().err
+    assert f"the results are in {out}, but not in the bucket" in err
+    assert "bucket 'bucket-removed-meanwhile' does not exist" in err
+    assert (out / "result.json").read_text() == '{"phase": "Completed"}'
