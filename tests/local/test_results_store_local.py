@@ -29,8 +29,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield srv
 
 
-def specdecode(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+def run_local(env: dict[str, str], path: Path, out: Path, store: str) -> subprocess.CompletedProcess[str]:
+    """`specdecode run --local --results-store` in a process of its own, with only `env`'s AWS variables."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    argv = ["run", str(path), "--local", "--out", str(out), "--quiet", "--results-store", store]
     return subprocess.run(
         [sys.executable, "-m", "specdecode", *argv],
         capture_output=True,
@@ -43,17 +45,7 @@ def specdecode(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[s
 def test_a_local_run_stores_its_bundle_and_result_in_the_bucket(server: S3Server, tmp_path: Path) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20)
     out = tmp_path / "out"
-    done = specdecode(
-        server.env(),
-        "run",
-        str(path),
-        "--local",
-        "--out",
-        str(out),
-        "--quiet",
-        "--results-store",
-        f"s3://{BUCKET}/team-a",
-    )
+    done = run_local(server.env(), path, out, f"s3://{BUCKET}/team-a")
     assert done.returncode in (exit_status.OK, exit_status.REJECTED), done.stderr
     store = s3.Store(
         s3.Location(BUCKET, endpoint=server.endpoint), s3.Credentials(server.access_key, server.secret_key)
@@ -85,29 +77,11 @@ def test_a_missing_bucket_or_refused_keys_stop_the_run_before_any_arm(
 ) -> None:
     path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=20)
     out = tmp_path / "out"
-    missing = specdecode(
-        server.env(),
-        "run",
-        str(path),
-        "--local",
-        "--out",
-        str(out),
-        "--results-store",
-        "s3://no-such-bucket/x",
-    )
+    missing = run_local(server.env(), path, out, "s3://no-such-bucket/x")
     assert missing.returncode == exit_status.INVALID, missing.stderr
     assert "bucket 'no-such-bucket' does not exist" in missing.stderr
     assert "--results-store s3://<bucket>/<prefix>" in missing.stderr
-    wrong = specdecode(
-        server.env(AWS_SECRET_ACCESS_KEY="wrong"),
-        "run",
-        str(path),
-        "--local",
-        "--out",
-        str(out),
-        "--results-store",
-        f"s3://{BUCKET}/x",
-    )
+    wrong = run_local(server.env(AWS_SECRET_ACCESS_KEY="wrong"), path, out, f"s3://{BUCKET}/x")
     assert wrong.returncode == exit_status.INVALID, wrong.stderr
     assert (
         "refused the credentials" in wrong.stderr
