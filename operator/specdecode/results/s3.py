@@ -5,8 +5,9 @@ the operator at a bucket (chart values `resultsStore.s3`); the load pods then up
 one object each and the operator reads it back, bounded as from ConfigMaps (`Limits.max_bytes`).
 
 The client is AWS Signature Version 4 over httpx (already a dependency), not boto3: ~150 lines
-against ~80 MB installed (boto3, botocore, s3transfer) in the operator and load images, and ~40 MB
-more RSS in an operator whose budget is 300 MiB. What that costs: credentials are static keys only
+against 35 MB installed (boto3 1.44.8, botocore, s3transfer, jmespath, dateutil) in the operator and
+load images, and 40.7 MiB more RSS for one boto3 S3 client (a `Store`: 2.7 MiB) in an operator whose
+budget is 300 MiB (benchmarks/README.md, "The S3 client"). What that costs: credentials are static keys only
 (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`, from the environment or
 the chart's `credentialsSecret`); boto3's credential chain (IRSA web identity, instance profiles,
 SSO) is not followed. Requests are path-style (`<endpoint>/<bucket>/<key>`), which S3-compatible
