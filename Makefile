@@ -63,3 +63,6 @@ unit: k8s-bins
 # vLLM's own CLI parser, oldest and newest supported release, for the conformance tests.
 include mk/vllm.mk
 unit: vllm-parsers
+# s3proxy (Java, from Maven Central) for the S3 results store's tests.
+include mk/s3proxy.mk
+unit: s3proxy

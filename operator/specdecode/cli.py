@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from specdecode import __version__, exit_status
+
+if TYPE_CHECKING:
+    from specdecode.results import s3
+
+T = TypeVar("T")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +137,13 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--control-url", metavar="URL", help="an already running control server (with --treatment-url)"
     )
     p.add_argument("--treatment-url", metavar="URL", help="an already running treatment server")
+    p.add_argument(
+        "--results-store",
+        metavar="s3://BUCKET/PREFIX",
+        help="also store the results bundle and result.json in this S3 bucket (the server, keys and "
+        "region from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); checked "
+        "before the run starts",
+    )
     _add_display(p)
     p.set_defaults(func=_run)
 
@@ -153,7 +167,16 @@ def _run(args: argparse.Namespace) -> int:
         )
         return exit_status.INVALID
     from specdecode.local import command, runner
+    from specdecode.results import s3
 
+    store: s3.Location | None = None
+    if args.results_store:
+        try:  # a bucket that is wrong fails now, not after the GPUs have measured
+            store = s3.Location.from_url(args.results_store, os.environ)
+            _in_bucket(store, lambda bucket: bucket.check())
+        except s3.ResultsStoreError as exc:
+            print(f"specdecode run: --results-store: {exc}", file=sys.stderr)
+            return exit_status.INVALID
     options = runner.Options(
         out=Path(args.out),
         control_url=args.control_url,
@@ -161,7 +184,52 @@ def _run(args: argparse.Namespace) -> int:
         fail_on_reject=args.fail_on_reject,
         mode=args.mode,
     )
-    return command.run(Path(args.file), options)
+    code = command.run(Path(args.file), options)
+    if store is None or not (Path(args.out) / "result.json").is_file():
+        return code
+    return _store_run(store, Path(args.out), Path(args.file).stem) or code
+
+
+def _in_bucket(location: s3.Location, use: Callable[[s3.Store], Awaitable[T]]) -> T:
+    """`use` a store of `location` (keys from the AWS_* environment; its own client, closed after)."""
+    import asyncio
+
+    from specdecode.results import s3
+
+    async def go() -> T:
+        bucket = s3.Store(location, s3.Credentials.from_env(os.environ, location.settings))
+        try:
+            return await use(bucket)
+        finally:
+            await bucket.aclose()
+
+    return asyncio.run(go())
+
+
+def _store_run(location: s3.Location, out: Path, name: str) -> int | None:
+    """Upload a local run's bundle and result.json under `<prefix>/<name>/<UTC time>/`; None when
+    stored, else exit 3 with one line (the local files stay as they are)."""
+    from datetime import UTC, datetime
+
+    from specdecode.report import results as written
+    from specdecode.results import s3
+
+    folder = location.key(name, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+
+    async def put(bucket: s3.Store) -> list[str]:
+        return [
+            await bucket.put(f"{folder}/{file}", (out / file).read_bytes())
+            for file in (written.PACKED, "result.json")
+            if (out / file).is_file()
+        ]
+
+    try:
+        urls = _in_bucket(location, put)
+    except s3.ResultsStoreError as exc:
+        print(f"specdecode run: the results are in {out}, but not in the bucket: {exc}", file=sys.stderr)
+        return exit_status.FAILED
+    print(f"stored the results in {', '.join(urls)}", file=sys.stderr)
+    return None
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -243,7 +311,7 @@ def _add_loadgen(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _loadgen(args: argparse.Namespace) -> int:
-    refused = _other_generation(args) or _load_pod(args)
+    refused = _other_generation(args) or _load_pod(args) or _results_store_refused(args)
     if refused:
         print(f"specdecode loadgen: {refused}", file=sys.stderr)
         return exit_status.INVALID
@@ -256,6 +324,29 @@ def _loadgen(args: argparse.Namespace) -> int:
             return _load(args, after_stage=lambda stage: _upload_between_stages(args, stage))
         finally:
             _upload_finally(args)
+
+
+def _results_store_refused(args: argparse.Namespace, *, attempts: int = 3) -> str | None:
+    """Why the operator's S3 bucket (SPECDECODE_RESULTS_S3_*) cannot take this load's results (None:
+    it can, or results go to ConfigMaps): checked before the first request, not after the run. An
+    endpoint that does not answer is asked again (1, 2 s) before the load is refused."""
+    import time
+
+    from specdecode.results import s3
+
+    if not args.results_configmap:
+        return None
+    for attempt in range(attempts):
+        try:
+            location = s3.from_env()
+            if location is not None:
+                _in_bucket(location, lambda bucket: bucket.check())
+            return None
+        except s3.ResultsStoreError as exc:
+            if not exc.transient or attempt == attempts - 1:
+                return f"cannot store the results: {exc}"
+            time.sleep(2**attempt)
+    return None
 
 
 @contextlib.contextmanager
@@ -356,6 +447,7 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
     from specdecode import results
     from specdecode.controller import kube
     from specdecode.experiment import documents, keys, manifests
+    from specdecode.results import s3
 
     name = str(documents.load_documents(args.experiment)[0]["metadata"]["name"])
     namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -384,6 +476,23 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
                 "blockOwnerDeletion": False,
             }
         )
+    where = f" {note}" if note else ""
+    bucket = s3.from_env()
+    if bucket is not None:  # the operator's S3 store (chart values resultsStore.s3): one object
+        url = asyncio.run(
+            s3.upload(
+                bucket,
+                args.out,
+                namespace=namespace,
+                experiment=name,
+                prefix=args.results_configmap,
+                generation=args.generation or 1,
+                job_uid=job_uid or "none",
+                pod=args.load_pod,
+            )
+        )
+        print(f"stored the results{where} in {url}", file=sys.stderr)
+        return
     client = kube.Kube.from_environment()
     try:
         count = asyncio.run(
@@ -400,7 +509,6 @@ def _upload_results(args: argparse.Namespace, *, note: str = "") -> None:
         )
     finally:
         client.close()
-    where = f" {note}" if note else ""
     prefix = results.pod_prefix(args.results_configmap, args.load_pod)
     print(f"stored the results{where} in {count} ConfigMap(s) {prefix}-*", file=sys.stderr)
 

@@ -535,3 +535,49 @@ def test_an_empty_label_name_is_refused_naming_the_value(helm: Path) -> None:
     res = run_helm(helm, "template", "sdx", str(CHART), "--set", "monitoring.labelNames.arm=")
     assert res.returncode != 0
     assert "monitoring.labelNames.arm must name a Prometheus label (it is empty)" in res.stderr, res.stderr
+
+
+def test_results_stay_in_config_maps_unless_a_bucket_is_given(render: Render) -> None:
+    default = OperatorSettings.from_env(env(render()))
+    assert default.results_s3 is None and not default.results_limits.s3
+    assert default.results_configmap_max_bytes == OperatorSettings().results_configmap_max_bytes
+
+
+def test_an_s3_bucket_reaches_the_operator_and_its_load_jobs_with_the_secrets_keys(
+    helm: Path, render: Render
+) -> None:
+    values = ["--set", "resultsStore.s3.bucket=sd-results", "--set", "resultsStore.s3.prefix=team-a"]
+    values += ["--set", "resultsStore.s3.endpoint=https://s3.example.com:9000"]
+    refused = run_helm(helm, "template", "sdx", str(CHART), *values)
+    assert (
+        refused.returncode != 0 and "resultsStore.s3.credentialsSecret must name a Secret" in refused.stderr
+    )
+    docs = render(*values, "--set", "resultsStore.s3.credentialsSecret=s3-keys")
+    keys_from = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in container(docs)["env"]
+        if e["name"].startswith("AWS_")
+    }
+    assert keys_from == {
+        "AWS_ACCESS_KEY_ID": {"name": "s3-keys", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "s3-keys", "key": "AWS_SECRET_ACCESS_KEY"},
+    }
+    settings = OperatorSettings.from_env(env(docs))
+    assert settings.results_s3 is not None and settings.results_limits.s3
+    assert (settings.results_s3.bucket, settings.results_s3.prefix, settings.results_s3.base) == (
+        "sd-results",
+        "team-a",
+        "https://s3.example.com:9000",
+    )
+    # the load Job gets the same bucket, and the keys from the Secret of that name in its namespace
+    job = manifests.build_load_job(
+        "exp", validation.parse_experiment(experiment_document())[0], settings.render, generation=1
+    )
+    job_env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    plain = {e["name"]: e["value"] for e in job_env if "value" in e}
+    assert plain["SPECDECODE_RESULTS_S3_BUCKET"] == "sd-results"
+    assert plain["SPECDECODE_RESULTS_S3_ENDPOINT"] == "https://s3.example.com:9000"
+    secret = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in job_env if e["name"].startswith("AWS_")
+    }
+    assert secret == {"AWS_ACCESS_KEY_ID": "s3-keys", "AWS_SECRET_ACCESS_KEY": "s3-keys"}

@@ -360,3 +360,23 @@ def test_a_bundle_annotated_as_another_pod_s_is_untrusted() -> None:
     client = stored_pods({0: FILES, 1: FILES}, 2, annotated={1: 0})
     with pytest.raises(results.ResultsUntrusted, match="not annotated as the results of load pod 1/2"):
         download_pod(client, (1, 2))
+
+
+def test_results_over_the_config_map_budget_are_refused_naming_the_s3_store_and_pass_with_it() -> None:
+    """The budget of the store the operator is configured with (issue 16): ConfigMaps keep at most
+    `config_map_bytes`, whatever the operator would read; the S3 store takes up to `max_bytes`."""
+    doc = experiment_document(
+        workload={"stages": [{"name": "c1", "concurrency": 1}], "requestsPerStage": 400}
+    )
+    experiment, _ = validation.parse_experiment(doc)
+    planned = results.planned_bytes(experiment)
+    in_config_maps = results.Limits(max_bytes=10 * planned, config_map_bytes=planned - 1)
+    refused = results.check_size(experiment, in_config_maps) or ""
+    assert "the operator stores in ConfigMaps (SPECDECODE_RESULTS_CONFIGMAP_MAX_BYTES" in refused
+    assert "give the operator an S3 bucket for results (the chart's resultsStore.s3)" in refused
+    with_s3 = results.Limits(max_bytes=10 * planned, config_map_bytes=planned - 1, s3=True)
+    assert results.check_size(experiment, with_s3) is None
+    # the S3 store is still bounded by what the operator reads (its memory)
+    beyond = results.check_size(experiment, results.Limits(max_bytes=planned - 1, s3=True)) or ""
+    assert "the operator reads (SPECDECODE_RESULTS_MAX_BYTES) from its S3 store" in beyond
+    assert results.check_size(experiment, results.Limits(max_bytes=planned, config_map_bytes=planned)) is None

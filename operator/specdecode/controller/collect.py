@@ -270,7 +270,9 @@ async def collect(
         search=found,
         speedup_summary=analysis.speedup_summary,
         validity=block,
-        results_ref=status.ResultsRef(config_map=f"{name}-report"),
+        results_ref=status.ResultsRef(
+            config_map=f"{name}-report", objects=results.objects_url(settings.results_s3, metadata)
+        ),
         report=rendered,
     )
 

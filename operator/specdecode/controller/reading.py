@@ -50,6 +50,7 @@ async def read_results(
             limits=settings.results_limits,
             round_name=round_name,
             pod=pod,
+            store=settings.results_s3,
         )
         try:
             shards.append(await in_analysis_lane(results.parse, bundle))
@@ -115,7 +116,9 @@ async def measured(
             pods=experiment.workload.load_pods,
         )
     except results.ResultsError as exc:
-        return reconcile.CollectFailure(exc.reason, f"{exc}; read the load Job's log")
+        return reconcile.CollectFailure(
+            exc.reason, f"{exc}; read the load Job's log", transient=exc.transient
+        )
     url = prometheus_url(experiment, settings)
     if url is None:
         return reconcile.CollectFailure(

@@ -14,6 +14,7 @@ from datetime import timedelta
 from specdecode import results
 from specdecode.controller import lease
 from specdecode.experiment import manifests, reconcile
+from specdecode.results import s3
 from specdecode.sources import prometheus
 
 
@@ -36,6 +37,16 @@ class OperatorSettings:
     results_max_bytes: int = 48 * 1024 * 1024
     """The most the load Job's results may inflate to; more ends in Failed/ResultsTooLarge. The
     operator's memory while judging grows with it (benchmarks/README.md, "Results size")."""
+    results_configmap_max_bytes: int = results.CONFIG_MAP_MAX_BYTES
+    """The most results an experiment may plan to keep in ConfigMaps, inflated; more is refused before
+    anything is deployed, naming the S3 store (`results_s3`) as the way past it."""
+    results_s3: s3.Location | None = None
+    """The S3 bucket the load Jobs store their results in and the operator reads them from (chart values
+    `resultsStore.s3`, `SPECDECODE_RESULTS_S3_*`; the keys from the environment: `AWS_ACCESS_KEY_ID`...);
+    None: ConfigMaps."""
+    results_s3_secret: str | None = None
+    """The Secret of those keys (`SPECDECODE_RESULTS_S3_CREDENTIALS_SECRET`), which each load Job reads in
+    its own namespace."""
     label_names: prometheus.LabelNames = field(default_factory=prometheus.LabelNames)
     """The Prometheus labels the arms' series are selected by (shared with `run --local`)."""
     prometheus_pod_labels: dict[str, str] = field(
@@ -81,6 +92,11 @@ class OperatorSettings:
             unschedulable_grace=float(get("UNSCHEDULABLE_GRACE", str(default.unschedulable_grace))),
             analysis_grace=float(get("ANALYSIS_GRACE", str(default.analysis_grace))),
             results_max_bytes=int(get("RESULTS_MAX_BYTES", str(default.results_max_bytes))),
+            results_configmap_max_bytes=int(
+                get("RESULTS_CONFIGMAP_MAX_BYTES", str(default.results_configmap_max_bytes))
+            ),
+            results_s3=s3.from_env(env),
+            results_s3_secret=get("RESULTS_S3_CREDENTIALS_SECRET", "") or None,
             label_names=prometheus.LabelNames.from_env(env),
             prometheus_pod_labels=_parse_labels(prom_labels)
             if prom_labels
@@ -105,12 +121,18 @@ class OperatorSettings:
             image_pull_policy=self.image_pull_policy,
             prometheus_pod_labels=self.prometheus_pod_labels,
             operator_pod_labels=self.operator_pod_labels,
+            results_env=s3.as_env(self.results_s3) if self.results_s3 is not None else {},
+            results_secret=self.results_s3_secret,
         )
 
     @property
     def results_limits(self) -> results.Limits:
         """How much of the load Job's results the operator reads."""
-        return results.Limits(max_bytes=self.results_max_bytes)
+        return results.Limits(
+            max_bytes=self.results_max_bytes,
+            config_map_bytes=self.results_configmap_max_bytes,
+            s3=self.results_s3 is not None,
+        )
 
     @property
     def election(self) -> lease.Config | None:

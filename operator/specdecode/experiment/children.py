@@ -96,6 +96,10 @@ class Settings:
     """Pods (any namespace) of the operator, allowed to probe the arms."""
     image_pull_policy: str = "IfNotPresent"
     """Pull policy of the operator's image in the load Job and simulator arms."""
+    results_env: dict[str, str] = field(default_factory=dict)
+    """The load Job's results store (`results.s3.as_env`; empty: ConfigMaps)."""
+    results_secret: str | None = None
+    """The Secret (in the experiment's namespace) of that store's AWS keys, as the load Job's env."""
 
 
 def labels(experiment: str, *, arm: spec.Arm | None = None, component: str) -> dict[str, str]:

@@ -56,6 +56,10 @@ def build_spec_config_map(
     }
 
 
+def _secret_key(secret: str, key: str) -> dict[str, Any]:
+    return {"secretKeyRef": {"name": secret, "key": key}}
+
+
 def document_generation(document: dict[str, Any]) -> int | None:
     """The generation an experiment document was rendered for (`build_spec_config_map`), if any."""
     metadata = document.get("metadata")
@@ -122,6 +126,20 @@ def build_load_job(
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{keys.JOB_NAME_LABEL}']"}},
         },
     ]
+    env += [{"name": k, "value": v} for k, v in settings.results_env.items()]
+    if settings.results_env and settings.results_secret:
+        env.append(
+            {
+                "name": "AWS_ACCESS_KEY_ID",
+                "valueFrom": _secret_key(settings.results_secret, "AWS_ACCESS_KEY_ID"),
+            }
+        )
+        env.append(
+            {
+                "name": "AWS_SECRET_ACCESS_KEY",
+                "valueFrom": _secret_key(settings.results_secret, "AWS_SECRET_ACCESS_KEY"),
+            }
+        )
     if s.engine.api_key_secret is not None:
         argv += ["--api-key-env", API_KEY_ENV]
         env.append(

@@ -283,6 +283,10 @@ class ResultsRef(StatusModel):
     """ConfigMap (cluster) holding the report and the index of result chunks."""
     directory: str | None = None
     """Directory (local run)."""
+    objects: str | None = None
+    """Where the load Job's result bundles are, when the operator keeps them in S3
+    (`s3://<bucket>/<prefix>/<namespace>/<experiment>/generation-<n>/`; `run --local --results-store`:
+    the object written)."""
 
 
 class ExperimentStatus(StatusModel):

@@ -1,66 +1,10 @@
-"""Carrying the load Job's result files to the operator through ConfigMaps, and trusting only those.
+"""The results bundle's format: the load Job's files packed into typed columns, and read back.
 
-The Job writes `requests.jsonl`, `windows.json` and `loadgen-summary.json`; they are packed into one
-bundle (the format below) and split over ConfigMaps `<exp>-results-<i>` (binaryData, under the 1 MiB
-object limit).
-
-The bundle's format, version 2 (`VERSION`; binaryData key `results.v2.npz`): a NumPy `.npz` archive
-(zip, each member deflated) of typed columns, one row per request record, and a small JSON member
-`header` (`{"format": "specdecode.io/results", "version": 2, "records": n, "windows": ...,
-"summary": ...}`). Numbers are int64/float64 columns (`INT_NONE`, NaN: null); strings are
-dictionary-coded (int32 codes into a JSON table, -1: null), so a stage, an arm or a text hash is
-stored once; the stream's events are kept as the two numbers the analysis reads (`token_events`,
-`stream_tokens`), the server's per-request `speculative_decoding` as its counters and histogram,
-and the generated text only for the pairs whose outputs differ and a sample (`SAMPLE_PAIRS` a
-stage). What it leaves out (every event's time, `server_metrics`, the other texts) stays in the
-load pod's `requests.jsonl` and its log summary. NumPy rather than Arrow/Parquet: it is already a
-dependency of the operator and the load image, a typed column is all the analysis needs, and
-`np.load(allow_pickle=False)` reads nothing but arrays; pyarrow would add ~100 MB to both images
-for features (nested types, predicate push-down) nothing here uses. Read back, the rows become
-slotted `records.PackedRequest`s (~0.7 KB each where a parsed JSON record took ~35 KB): 100,000
-records are judged in well under 300 MiB (benchmarks/scale/results_100k.py).
-
-Version 1 (key `bundle.json.gz`: the three files as one gzip'd JSON object) is what load images
-before version 2 write; the operator still reads it (an operator upgraded while an experiment's
-load Job runs the older image), bounded as before. A bundle of a version this module does not know
-is refused naming its version (`ResultsUnsupported`). Every part carries its place (`specdecode.io/part: i/N`), the generation measured
-(`specdecode.io/generation`) and the sha256 of the whole bundle (`specdecode.io/bundle-digest`, the
-same on every part of one upload), and is owned by the experiment (deleting it removes them) and by
-the load Job that wrote it (the Job's uid comes to its pod through the downward API). A load Job
-of N > 1 pods (`spec.workload.loadPods`) stores one bundle per pod, `<exp>-results-pod<k>-<i>`
-(`pod_prefix`), each part also annotated with its pod (`specdecode.io/load-pod: k/N`); the operator
-reads every pod's bundle this way and merges them (`experiment/loadpods.py`).
-
-The load Job uploads (`upload`, from cli.py), the operator downloads and parses (`download`,
-`parse`), `kubectl specdecode watch` unpacks what it lists: so this module reaches Kubernetes only
-through `ConfigMaps`, the two calls of `controller.kube.Kube` it needs, and imports only the core.
-
-The operator trusts labels for nothing. It reads exactly `<exp>-results-0` .. `-N-1`, one GET each,
-so a ConfigMap of any other name is never read, and uses a part only when it is owned by this
-generation's load Job (the uid the operator observed), annotated with this generation and its
-place, and when the joined parts hash to their digest. What it reads is bounded: at most
-`Limits.max_parts` parts of at most `PART_BYTES` each, one part in memory at a time, and a bundle
-that inflates to more than `Limits.max_bytes` is refused while it is decompressed (a gzip bomb
-costs no more than that).
-
-Not stopped: someone who may update ConfigMaps in the namespace and read the Job's uid (the
-built-in `edit` role, which may also exec into the load pod) can rewrite a part and its digest.
-The verdict is as trustworthy as the namespace's editors (README, "Security").
-
-Errors, each with the status reason it ends in (`reason`)::
-
-    ResultsError
-    ├── ResultsMissing     the load Job stored nothing, or not every part
-    ├── ResultsUntrusted   a part not written by this generation's load Job
-    ├── ResultsTooLarge    more parts, a bigger part or a bigger bundle than the operator reads
-    ├── ResultsCorrupt     the parts do not hash, inflate or parse to one bundle
-    └── ResultsUnsupported a bundle format newer than this operator reads
+See the package's docstring (`specdecode.results`) for the format (version 2, and version 1 still read).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import gzip
 import hashlib
 import io
@@ -68,19 +12,25 @@ import json
 import math
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from specdecode.experiment import keys, manifests, records, spec
+from specdecode.experiment import records, spec
+from specdecode.results.limits import (
+    PART_BYTES,
+    SAMPLE_PAIRS,
+    Limits,
+    ResultsCorrupt,
+    ResultsUnsupported,
+    too_large,
+)
 
 FILES = ("requests.jsonl", "windows.json", "loadgen-summary.json")
-# ConfigMaps are limited to 1 MiB in total; base64 grows data by 4/3, so 700 KiB of bundle per part.
-PART_BYTES = 700 * 1024
 FORMAT, VERSION = "specdecode.io/results", 2
 DATA_KEY = "results.v2.npz"
 """The binaryData key of a version-2 part."""
@@ -91,117 +41,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 """How a version-1 bundle (gzip) begins."""
 
 
-CONFIG_MAP = ("v1", "ConfigMap")
-"""The kind the parts are stored as, as `ConfigMaps.get` names a kind (apiVersion, kind)."""
-
-
-class ConfigMaps(Protocol):
-    """The two Kubernetes calls the results make (`controller.kube.Kube` has them; so do tests' fakes)."""
-
-    async def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
-        """The object, or None when there is none."""
-        ...
-
-    async def put(self, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-        """Create the object, or replace it."""
-        ...
-
-
-class ResultsError(Exception):
-    """The results cannot be used; `reason` is the experiment's status reason."""
-
-    reason = "ResultsMissing"
-
-
-class ResultsMissing(ResultsError):
-    """The load Job stored nothing, or not every part."""
-
-    reason = "ResultsMissing"
-
-
-class ResultsUntrusted(ResultsError):
-    """A part that this generation's load Job did not write."""
-
-    reason = "ResultsUntrusted"
-
-
-class ResultsTooLarge(ResultsError):
-    """More than the operator reads."""
-
-    reason = "ResultsTooLarge"
-
-
-class ResultsCorrupt(ResultsError):
-    """The parts do not hash, inflate or parse to one bundle."""
-
-    reason = "ResultsCorrupt"
-
-
-class ResultsUnsupported(ResultsError):
-    """A bundle format this operator does not read (a load image newer than the operator)."""
-
-    reason = "ResultsUnsupported"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much of the results the operator reads (its memory while judging grows with this)."""
-
-    max_bytes: int = 48 * 1024 * 1024
-    """The bundle, uncompressed (`SPECDECODE_RESULTS_MAX_BYTES`)."""
-
-    @property
-    def max_parts(self) -> int:
-        """Gzip of incompressible data is barely larger than the data: one part more covers it."""
-        return self.max_bytes // PART_BYTES + 2
-
-
-# A packed record (version 2): 267 bytes of typed columns (int64/float64 numbers, int32 string
-# codes) and ~33 of its text hash in the hash table (one hash per agreeing pair). A lower bound:
-# request and prompt ids, the acceptance histogram and the texts of mismatched pairs add to it
-# (tests/results: within 2x of a measured bundle).
-RECORD_BYTES = 300
-# The texts kept of `SAMPLE_PAIRS` pairs a stage: at least 3 bytes a token of JSON text.
-TOKEN_BYTES = 3
-
-
-def planned_bytes(experiment: spec.ExperimentSpec) -> int:
-    """At least how large the load Job's results inflate to when no stage stops early."""
-    workload = experiment.workload
-    texts = 2 * SAMPLE_PAIRS * len(workload.stages) * workload.sampling.max_tokens * TOKEN_BYTES
-    return 2 * _planned_requests(experiment) * RECORD_BYTES + texts
-
-
-def _planned_requests(experiment: spec.ExperimentSpec) -> int:
-    """Requests sent to each arm when no stage stops early (warm-up included)."""
-    workload = experiment.workload
-    return workload.warmup_requests + sum(experiment.stage_requests(s) for s in workload.stages)
-
-
-def check_size(experiment: spec.ExperimentSpec, limits: Limits) -> str | None:
-    """Why the experiment's results could outgrow what the operator reads (None: they cannot).
-
-    Checked before anything is deployed: better than hours of GPUs ending in ResultsTooLarge.
-    """
-    planned = planned_bytes(experiment)
-    if planned <= limits.max_bytes:
-        return None
-    workload = experiment.workload
-    return (
-        f"spec.workload: up to {_mib(planned)} of packed results ({_planned_requests(experiment)} "
-        "requests to each arm: "
-        f"{len(workload.stages)} stage(s) of up to {workload.requests_per_stage} requests, and "
-        f"{workload.warmup_requests} warm-up), more than the {_mib(limits.max_bytes)} the operator reads "
-        f"(SPECDECODE_RESULTS_MAX_BYTES) in up to {limits.max_parts} ConfigMaps; lower "
-        "requestsPerStage or the number of stages, or raise that limit with the operator's memory"
-    )
-
-
 Results = tuple[list[records.Request], records.RunAnchor, list[records.StageWindow], dict[str, Any]]
 """The records, the run's clock anchor, the stage windows and the load generator's summary."""
 
-SAMPLE_PAIRS = 3
-"""Pairs a stage whose texts are kept even when they agree (to eyeball in the report)."""
 INT_NONE = int(np.iinfo(np.int64).min)
 """A null in an int64 column."""
 _FLOATS = (
@@ -434,7 +276,7 @@ class _Inflater:
         except zlib.error as exc:
             raise ResultsCorrupt(f"the result bundle is corrupt: {exc}") from None
         if len(self._out) > self.max_bytes or self._inflater.unconsumed_tail:
-            raise _too_large(self.max_bytes)
+            raise too_large(self.max_bytes)
 
     def files(self) -> dict[str, str]:
         if not self._inflater.eof or self._inflater.unused_data:
@@ -450,14 +292,6 @@ class _Inflater:
         return {str(k): str(v) for k, v in data.items()}
 
 
-def _too_large(max_bytes: int) -> ResultsTooLarge:
-    return ResultsTooLarge(
-        f"the results inflate to more than {_mib(max_bytes)} (the operator's "
-        "SPECDECODE_RESULTS_MAX_BYTES); lower spec.workload.requestsPerStage, the number "
-        "of stages or sampling.maxTokens, or raise that limit with the operator's memory"
-    )
-
-
 def unpack(parts: Iterable[bytes], *, max_bytes: int = Limits().max_bytes) -> Bundle:
     """Parts (in order) -> the bundle they join to (read by `parse`, inflating at most `max_bytes`)."""
     return Bundle(b"".join(parts), max_bytes)
@@ -470,52 +304,6 @@ def unpack_files(bundle: Bundle) -> dict[str, str]:
     return inflater.files()
 
 
-def pod_prefix(prefix: str, pod: tuple[int, int] | None) -> str:
-    """The ConfigMaps' name prefix of load pod (k, N)'s bundle: `prefix` itself for a one-pod Job."""
-    return prefix if pod is None or pod[1] == 1 else f"{prefix}-pod{pod[0]}"
-
-
-def build_config_maps(
-    prefix: str,
-    experiment: str,
-    parts: Sequence[bytes],
-    *,
-    owners: Sequence[Mapping[str, Any]] = (),
-    generation: int | None = None,
-    pod: tuple[int, int] | None = None,
-) -> list[dict[str, Any]]:
-    """One ConfigMap per part, labelled for lookup, owned by `owners` (the experiment, the load Job);
-    `pod` (k, N): the bundle of load pod k of N (`pod_prefix`)."""
-    maps = []
-    bundle = digest(parts)
-    prefix = pod_prefix(prefix, pod)
-    key = LEGACY_DATA_KEY if parts and parts[0].startswith(GZIP_MAGIC) else DATA_KEY
-    for i, part in enumerate(parts):
-        metadata: dict[str, Any] = {
-            "name": f"{prefix}-{i}",
-            "labels": {
-                **manifests.labels(experiment, component="results"),
-                keys.LABEL_RESULTS: experiment,
-            },
-            "annotations": {keys.PART_ANNOTATION: f"{i}/{len(parts)}", keys.DIGEST_ANNOTATION: bundle},
-        }
-        if generation is not None:
-            metadata["annotations"][keys.GENERATION_ANNOTATION] = str(generation)
-        if pod is not None and pod[1] > 1:
-            metadata["annotations"][keys.LOAD_POD_ANNOTATION] = f"{pod[0]}/{pod[1]}"
-        if owners:
-            metadata["ownerReferences"] = [dict(owner) for owner in owners]
-        maps.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": metadata,
-                "binaryData": {key: base64.b64encode(part).decode()},
-            }
-        )
-    return maps
-
-
 def parse(bundle: Bundle) -> Results:
     """A bundle of either version -> records, the run's clock anchor, stage windows and summary."""
     if bundle.version == 1:
@@ -526,7 +314,7 @@ def parse(bundle: Bundle) -> Results:
     except (zipfile.BadZipFile, ValueError) as exc:
         raise ResultsCorrupt(f"the result bundle is corrupt: {exc}") from None
     if inflated > bundle.max_bytes:
-        raise _too_large(bundle.max_bytes)
+        raise too_large(bundle.max_bytes)
     try:
         with np.load(io.BytesIO(bundle.data), allow_pickle=False) as archive:
             header = _json_of(archive["header"])
@@ -633,144 +421,3 @@ def parse_files(files: Mapping[str, str]) -> Results:
 def read_dir(directory: Path) -> dict[str, str]:
     """The result files present in a directory."""
     return {name: (directory / name).read_text() for name in FILES if (directory / name).exists()}
-
-
-async def upload(
-    kube: ConfigMaps,
-    directory: Path,
-    *,
-    namespace: str,
-    prefix: str,
-    experiment: str,
-    owners: Sequence[Mapping[str, Any]] = (),
-    generation: int | None = None,
-    pod: tuple[int, int] | None = None,
-) -> int:
-    """Store the result files of `directory` (load pod `pod`'s: `pod_prefix`); returns the number of
-    ConfigMaps written."""
-    maps = build_config_maps(
-        prefix, experiment, split(encode_dir(directory)), owners=owners, generation=generation, pod=pod
-    )
-    for cm in maps:
-        await kube.put(cm, namespace)
-    return len(maps)
-
-
-async def download(
-    kube: ConfigMaps,
-    *,
-    namespace: str,
-    experiment: str,
-    generation: int,
-    job_uid: str | None,
-    limits: Limits = Limits(),
-    round_name: str | None = None,
-    pod: tuple[int, int] | None = None,
-) -> Bundle:
-    """The result bundle that load Job `job_uid` stored for `generation` of an experiment (of the
-    round `round_name`: `rounds.py`; None: the stages); `pod` (k, N): that of its load pod k of N;
-    `parse` reads it."""
-    names = manifests.Names(experiment)
-    prefix, job_name = names.results_prefix_of(round_name), names.load_job_of(round_name)
-    prefix = pod_prefix(prefix, pod)
-    if not job_uid:
-        raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows who wrote the results")
-    first = await kube.get(CONFIG_MAP, namespace, f"{prefix}-0")
-    if first is None:
-        if pod is not None and pod[1] > 1:
-            raise ResultsMissing(f"load pod {pod[0]} of {pod[1]} stored no results ({prefix}-0)")
-        raise ResultsMissing("the load Job stored no results")
-    total = _total(first, prefix)
-    if total > limits.max_parts:
-        raise ResultsTooLarge(
-            f"{prefix}-0 announces {total} parts, more than the {limits.max_parts} "
-            f"the operator reads ({_mib(limits.max_bytes)}, SPECDECODE_RESULTS_MAX_BYTES)"
-        )
-    bundle = _annotation(first, keys.DIGEST_ANNOTATION)
-    hashed = hashlib.sha256()
-    joined = bytearray()
-    for i in range(total):
-        cm = first if i == 0 else await kube.get(CONFIG_MAP, namespace, f"{prefix}-{i}")
-        if cm is None:
-            raise ResultsMissing(f"result part {i} of {total} ({prefix}-{i}) is missing")
-        part = _trusted_part(cm, i, total, bundle, generation=generation, job=(job_name, job_uid), pod=pod)
-        hashed.update(part)
-        joined += part
-    if f"sha256:{hashed.hexdigest()}" != bundle:
-        raise ResultsCorrupt(
-            "the result parts do not hash to their digest: parts of different uploads (a load Job "
-            "killed while it stored them?) or rewritten by someone else"
-        )
-    return Bundle(bytes(joined), limits.max_bytes)
-
-
-def _trusted_part(
-    cm: Mapping[str, Any],
-    index: int,
-    total: int,
-    bundle: str | None,
-    *,
-    generation: int,
-    job: tuple[str, str],
-    pod: tuple[int, int] | None = None,
-) -> bytes:
-    """The part's bytes, once the ConfigMap shows it was written by load Job `job` for `generation`."""
-    metadata = cm.get("metadata") or {}
-    name = str(metadata.get("name"))
-    job_name, job_uid = job
-    owned = any(
-        isinstance(o, Mapping)
-        and o.get("kind") == "Job"
-        and o.get("name") == job_name
-        and o.get("uid") == job_uid
-        for o in metadata.get("ownerReferences") or []
-    )
-    if not owned:
-        raise ResultsUntrusted(f"ConfigMap {name} is not owned by the load Job {job_name} (uid {job_uid})")
-    written_for = _annotation(cm, keys.GENERATION_ANNOTATION)
-    if written_for != str(generation):
-        raise ResultsUntrusted(
-            f"ConfigMap {name} holds results of generation {written_for}, not {generation}"
-        )
-    if pod is not None and pod[1] > 1 and _annotation(cm, keys.LOAD_POD_ANNOTATION) != f"{pod[0]}/{pod[1]}":
-        raise ResultsUntrusted(
-            f"ConfigMap {name} is not annotated as the results of load pod {pod[0]}/{pod[1]}"
-        )
-    if (
-        _annotation(cm, keys.PART_ANNOTATION) != f"{index}/{total}"
-        or _annotation(cm, keys.DIGEST_ANNOTATION) != bundle
-    ):
-        raise ResultsCorrupt(f"ConfigMap {name} is not part {index}/{total} of the same upload as part 0")
-    data = part_data(cm)
-    if data is None:
-        raise ResultsCorrupt(f"ConfigMap {name} holds no binaryData.{DATA_KEY} (nor {LEGACY_DATA_KEY})")
-    if len(data) > 4 * (PART_BYTES // 3 + 1):
-        raise ResultsTooLarge(f"ConfigMap {name} is larger than a part ({PART_BYTES // 1024} KiB)")
-    try:
-        return base64.b64decode(data, validate=True)
-    except binascii.Error as exc:
-        raise ResultsCorrupt(f"ConfigMap {name}: its binaryData is not base64: {exc}") from None
-
-
-def part_data(cm: Mapping[str, Any]) -> str | None:
-    """A part's base64 data, under the key of either version (None: neither)."""
-    data = cm.get("binaryData") or {}
-    found = next((data[key] for key in DATA_KEYS if key in data), None)
-    return found if isinstance(found, str) else None
-
-
-def _total(cm: Mapping[str, Any], prefix: str) -> int:
-    place = _annotation(cm, keys.PART_ANNOTATION) or ""
-    index, _, total = place.partition("/")
-    if index != "0" or not total.isdigit() or int(total) < 1:
-        raise ResultsCorrupt(f"{prefix}-0: annotation {keys.PART_ANNOTATION}={place!r} is not 0/<parts>")
-    return int(total)
-
-
-def _annotation(cm: Mapping[str, Any], key: str) -> str | None:
-    value = ((cm.get("metadata") or {}).get("annotations") or {}).get(key)
-    return str(value) if value is not None else None
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1024 / 1024:.0f} MiB"
