@@ -309,3 +309,16 @@ def test_the_load_pod_that_failed_is_the_one_an_indexed_job_reports() -> None:
     state = observe.job_state(failed, pods)
     assert state.pod is not None and (state.pod.name, state.pod.last_exit_code) == ("exp-load-1-b", 3)
     assert observe.job_state(failed, pods[:1] + pods[2:]).pod.name == "exp-load-2-c"  # type: ignore[union-attr]
+
+
+def test_the_load_pod_that_cannot_start_is_the_one_an_indexed_job_reports() -> None:
+    """A pod waiting on a missing Secret is reported over the running ones (the Job runs on meanwhile)."""
+    running = {"metadata": {"name": "exp-load"}, "status": {}}
+    waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "keys" not found'}}
+    pods = [
+        pod("exp-load-0-a", component="load", containerStatuses=[{"state": waiting}]),
+        pod("exp-load-1-b", component="load", containerStatuses=[{"state": {"running": {}}}]),
+    ]
+    state = observe.job_state(running, pods)
+    assert state.pod is not None
+    assert (state.pod.name, state.pod.waiting_reason) == ("exp-load-0-a", "CreateContainerConfigError")

@@ -721,3 +721,31 @@ def test_a_run_measured_but_not_judgeable_fails_keeping_the_stages_it_measured()
     assert (st.phase, st.reason, st.verdict) == (Phase.FAILED, "InvalidMeasurement", None)
     assert [s.name for s in st.stages] == ["low"] and st.speedup_summary == "low -"
     assert st.validity == {"valid": False, "reasons": ["clock skew"]}
+
+
+@pytest.mark.parametrize(
+    ("waiting", "fix"),
+    [
+        ("CreateContainerConfigError", "resultsStore.s3.credentialsSecret"),
+        ("ImagePullBackOff", "the chart's `image`"),
+    ],
+)
+def test_a_load_pod_that_cannot_start_fails_the_run_at_once_naming_the_fix(waiting: str, fix: str) -> None:
+    """Not at spec.deadlines.run: the Job's pod waits for a Secret or an image that will not come."""
+    job = JobState(
+        True,
+        pod=PodState(
+            "exp-load-x", "Pending", waiting_reason=waiting, waiting_message='secret "s3-keys" not found'
+        ),
+    )
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=ready_arms(), job=job), T0)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, "LoadJobFailed")
+    message = decision.status.message or ""
+    assert f"load pod exp-load-x cannot start: {waiting}" in message and "s3-keys" in message
+    assert fix in message
+
+
+def test_a_load_pod_still_creating_its_container_is_waited_for() -> None:
+    job = JobState(True, pod=PodState("exp-load-x", "Pending", waiting_reason="ContainerCreating"))
+    decision = reconcile.decide(subject(), at(Phase.RUNNING), Observed(arms=ready_arms(), job=job), T0)
+    assert decision.status.phase is Phase.RUNNING and decision.actions == [reconcile.Action.CREATE_LOAD]

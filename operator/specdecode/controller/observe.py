@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from specdecode.experiment import fairness, keys, manifests, reconcile, spec, status
+from specdecode.experiment import failures, fairness, keys, manifests, reconcile, spec, status
 
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 # Node labels of NVIDIA GPU Feature Discovery (current names first, then the deprecated ones) and
@@ -131,6 +131,7 @@ def job_state(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) 
     states = [pod_state(p) for p in pods]
     # an Indexed Job's pod that failed, rather than one of the others (`spec.workload.loadPods`)
     failing = [p for p in states if p.last_exit_code not in (None, 0)]
+    failing += [p for p in states if p.waiting_reason in failures.LOAD_FATAL_WAITING]  # one that cannot start
     pod = failing[0] if failing else states[-1] if states else None
     uid = (job.get("metadata") or {}).get("uid")
     return reconcile.JobState(

@@ -23,6 +23,32 @@ FATAL_WAITING = {
 }
 
 
+# The same reasons for a load pod, which runs the operator's image and reads the experiment's Secrets.
+LOAD_FATAL_WAITING = {
+    "ImagePullBackOff": "the operator's image (the chart's `image`) cannot be pulled on the load pod's node",
+    "ErrImageNeverPull": "the operator's image is not on the node and imagePullPolicy is Never",
+    "InvalidImageName": "the operator's image (the chart's `image`) is not a valid image reference",
+    "CreateContainerConfigError": (
+        "a Secret the load pod reads is missing from the experiment's namespace: spec.engine.apiKeySecret "
+        "or the chart's resultsStore.s3.credentialsSecret"
+    ),
+    "CreateContainerError": "the load pod's container could not be created",
+}
+
+
+def load_pod_failure(observed: Observed) -> str | None:
+    """Why the load Job's pod cannot start (a reason that will not fix itself), or None: without it,
+    the Job waits for its pod until spec.deadlines.run."""
+    pod = observed.job.pod
+    if pod is None or pod.waiting_reason not in LOAD_FATAL_WAITING:
+        return None
+    detail = f" ({pod.waiting_message})" if pod.waiting_message else ""
+    return (
+        f"load pod {pod.name} cannot start: {pod.waiting_reason}{detail}: "
+        f"{LOAD_FATAL_WAITING[pod.waiting_reason]}"
+    )
+
+
 def pod_failure(
     observed: Observed, now: datetime, timing: Timing, *, restarts_fail: bool = False, colocated: bool = False
 ) -> tuple[str, str] | None:

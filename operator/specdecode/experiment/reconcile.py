@@ -323,6 +323,9 @@ def _running(
     if disrupted is not None:
         return _during_load(observed, fail(current, subject, now, "ArmDisrupted", disrupted, observed))
     job = observed.job
+    stuck = failures.load_pod_failure(observed)
+    if stuck is not None:
+        return _during_load(observed, fail(current, subject, now, "LoadJobFailed", stuck, observed))
     if job.failed:
         detail = job.message or job.reason or "the load Job failed"
         if job.pod is not None and job.pod.last_terminated_reason:

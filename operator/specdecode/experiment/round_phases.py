@@ -113,8 +113,9 @@ def round_running(
     if disrupted is not None:
         return round_failed(subject, current, round_, f"ArmDisrupted: {disrupted}", observed, now)
     job = observed.job
-    if job.failed:
-        detail = job.message or job.reason or "the load Job failed"
+    stuck = failures.load_pod_failure(observed)
+    if job.failed or stuck is not None:
+        detail = stuck or job.message or job.reason or "the load Job failed"
         return round_failed(subject, current, round_, f"LoadJobFailed: {detail}", observed, now)
     if job.succeeded:
         measured = _ended(current, round_, rounds.MEASURED, None)
