@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from specdecode import results
-from specdecode.controller import collect
+from specdecode.controller import collect, lane
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import reconcile, status, validation
 from tests.controller.fake_kube import FakeKube
@@ -83,21 +83,16 @@ def test_the_results_are_parsed_in_the_analysis_thread(monkeypatch: pytest.Monke
     assert len(threads) == 1 and threads[0].startswith("specdecode-analysis")
 
 
-def test_at_most_two_experiments_are_collected_at_once_so_only_their_results_are_held(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Fifty experiments finishing together must not each hold their parsed records while they
-    wait for the analysis thread: collections, from reading the results to storing the report,
-    run `COLLECTIONS` (2) at a time (benchmarks/README.md, "Many experiments")."""
-    inside = most = 0
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Collections and salvages whose first step (reading the results) is slowed down; returns
+    [inside, most]: how many are inside at once, the most there were."""
+    count = [0, 0]
 
     async def slow_read(*_: Any, **__: Any) -> Any:
-        """The first step of a collection (and of a salvage), slowed down: reading the results."""
-        nonlocal inside, most
-        inside += 1
-        most = max(most, inside)
+        count[0] += 1
+        count[1] = max(count[1], count[0])
         await asyncio.sleep(0.02)  # reading results, asking Prometheus: the loop goes on meanwhile
-        inside -= 1
+        count[0] -= 1
         return reconcile.CollectFailure("NoResults", "none")
 
     async def unreadable(*args: Any, **kwargs: Any) -> Any:
@@ -106,18 +101,73 @@ def test_at_most_two_experiments_are_collected_at_once_so_only_their_results_are
 
     monkeypatch.setattr(collect, "measured", slow_read)
     monkeypatch.setattr(collect, "read_results", unreadable)
-    failed = status.ExperimentStatus(phase=status.Phase.FAILED)
-    body = {"metadata": {"name": "exp", "namespace": "ns"}}
+    return count
+
+
+BODY = {"metadata": {"name": "exp", "namespace": "ns"}}
+FAILED = status.ExperimentStatus(phase=status.Phase.FAILED)
+
+
+def test_experiments_of_unknown_size_are_collected_two_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty experiments finishing together must not each hold their parsed records while they
+    wait for the analysis thread: collections, from reading the results to rendering the report,
+    of results the operator cannot size run `COLLECTIONS` (2) at a time ("Many experiments")."""
+    count = _counting(monkeypatch)
 
     async def scenario() -> list[Any]:
-        kwargs: dict[str, Any] = {"job_uids": {}}
-        calls = [collect.collect(FakeKube(), body, None, None, None, **kwargs) for _ in range(5)]  # type: ignore[arg-type]
-        # (a salvage reads as many load pods' results as the spec's workload.loadPods says)
-        spec = validation.parse_experiment(experiment_document())[0]
-        calls += [collect.salvage(FakeKube(), body, spec, failed, None, job_uid=None) for _ in range(3)]  # type: ignore[arg-type]
+        calls = [collect.collect(FakeKube(), BODY, None, None, None, job_uids={}) for _ in range(5)]  # type: ignore[arg-type]
         return list(await asyncio.gather(*calls))
 
-    outcomes = asyncio.run(scenario())
-    assert [o.reason for o in outcomes[:5]] == ["NoResults"] * 5
-    assert outcomes[5:] == [failed] * 3  # a salvage that finds nothing leaves the status as it was
-    assert collect.COLLECTIONS == most == 2
+    assert [o.reason for o in asyncio.run(scenario())] == ["NoResults"] * 5
+    assert collect.COLLECTIONS == count[1] == 2
+
+
+def test_small_experiments_are_collected_up_to_eight_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 requests a stage plan well under a MiB of results: their collections' waits overlap, up
+    to `MOST_COLLECTIONS`."""
+    count = _counting(monkeypatch)
+    small = validation.parse_experiment(experiment_document())[0]
+
+    async def scenario() -> list[Any]:
+        # (a salvage reads as many load pods' results as the spec's workload.loadPods says)
+        calls = [collect.salvage(FakeKube(), BODY, small, FAILED, None, job_uid=None) for _ in range(12)]  # type: ignore[arg-type]
+        return list(await asyncio.gather(*calls))
+
+    assert asyncio.run(scenario()) == [FAILED] * 12  # a salvage that finds nothing leaves the status
+    assert lane.MOST_COLLECTIONS == count[1] == 8
+
+
+def test_a_collection_weighs_its_planned_results_and_waits_its_turn() -> None:
+    """An experiment planning the default results limit weighs half the budget (two at a time); a
+    big one first in line is not overtaken by small ones that would fit beside the running one."""
+    small = validation.parse_experiment(experiment_document())[0]
+    assert small is not None and lane.weight(small) == lane.MIN_WEIGHT
+    document = experiment_document()
+    document["spec"]["workload"]["requestsPerStage"] = 50_000  # 2 stages: ~57 MiB planned
+    big = validation.parse_experiment(document)[0]
+    assert big is not None and lane.weight(big) == lane.PARSED_BUDGET
+    assert lane.weight(None) == lane.PARSED_BUDGET // 2
+    order: list[str] = []
+
+    async def scenario() -> None:
+        slots = lane._Slots()
+        await slots.hold(lane.PARSED_BUDGET // 2)  # one running
+
+        async def one(name: str, weight: int) -> None:
+            await slots.hold(weight)
+            order.append(name)
+
+        waiting = [
+            asyncio.create_task(one("big", lane.PARSED_BUDGET)),
+            asyncio.create_task(one("small", lane.MIN_WEIGHT)),
+        ]
+        await asyncio.sleep(0.01)
+        assert order == []  # the small one fits, but the big one is first
+        slots.release(lane.PARSED_BUDGET // 2)
+        await asyncio.sleep(0.01)
+        assert order == ["big"]
+        slots.release(lane.PARSED_BUDGET)
+        await asyncio.gather(*waiting)
+
+    asyncio.run(scenario())
+    assert order == ["big", "small"]

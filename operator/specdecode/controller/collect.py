@@ -8,8 +8,8 @@ The full report is rendered here, while the records are at hand; the tick stores
 
 Its one job is the collection's order: read the stages and every round measured so far
 (`reading.py`), judge the stages and fold the rounds in (`experiment/judgement.py`, in the analysis
-lane of `lane.py`), add the GPU telemetry and stage times (`gpu.py`), and render the report. At most
-`COLLECTIONS` experiments are collected at once (`lane.one_collection`).
+lane of `lane.py`), add the GPU telemetry and stage times (`gpu.py`), and render the report. The
+experiments collected at once are bounded by their planned results (`lane.one_at_a_time`).
 """
 
 from __future__ import annotations
@@ -192,8 +192,8 @@ async def collect(
     far is read first, then folded in by the core's fold that `run --local` calls too
     (`judgement.fold`): the search's probes, the crossover's swapped round, the confirmation round.
     The rounds' records are held together with the stages' while they are folded (each round is
-    one probe stage, a fraction of the stages, or the stages once more). One experiment at a time
-    (`one_collection`).
+    one probe stage, a fraction of the stages, or the stages once more), and the collection's weight counts them
+    (`lane.one_at_a_time`).
     """
     metadata = body["metadata"]
     name = metadata["name"]
@@ -360,7 +360,7 @@ async def finished_stages(
     The load Job stores its results after every stage, so this finds whatever it finished even when
     it was killed. No results, or results that do not parse: nothing finished. Prometheus is
     asked as for a full run; if it cannot answer, the stages keep the load Job's own figures.
-    One experiment at a time (`one_collection`).
+    Within the collections' budget (`lane.one_at_a_time`).
     """
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
