@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from specdecode.experiment import keys, manifests, reconcile, rounds, spec, status, validation
+from specdecode.experiment import (
+    keys,
+    manifests,
+    promql,
+    reconcile,
+    round_phases,
+    rounds,
+    spec,
+    status,
+    validation,
+)
 from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
 from tests.factories import experiment_document
@@ -188,6 +198,25 @@ def test_the_confirmation_round_needs_only_the_treatment_rendered_for_it() -> No
         subject(confirm=True), in_round(Phase.DEPLOYING, round_), Observed(arms=observed), T0
     )
     assert (decision.status.phase, decision.actions) == (Phase.RUNNING, [Action.CREATE_LOAD])
+
+
+def test_the_pods_that_must_be_scraped_are_the_round_s_own_for_the_arm_it_restarts() -> None:
+    """The old treatment pod, still Ready while it terminates, may still be scraped: Prometheus
+    scraping it says nothing about the pod the round's load goes to (a CI run's confirmation round
+    read no treatment series, PrometheusNoData)."""
+    round_ = rounds.confirmation_round(SCHEDULE, apart(), crossed=False)
+    treatment = arms(None)[spec.Arm.TREATMENT]
+    both = replace(treatment, pods=(*treatment.pods, *arms("Confirmation")[spec.Arm.TREATMENT].pods))
+    observed = Observed(arms=arms(None) | {spec.Arm.TREATMENT: both})
+    assert round_phases.serving_pods(observed, round_) == {
+        spec.Arm.CONTROL: ["exp-control-None"],
+        spec.Arm.TREATMENT: ["exp-treatment-Confirmation"],
+    }
+    assert promql.targets_up({"arm": "treatment"}, pods=("pod", ["exp-treatment-Confirmation", "a.b"])) == (
+        'sum(up{arm="treatment",pod=~"exp-treatment-Confirmation|a\\\\.b"})'
+    )
+    alone = Observed(arms=arms(None))  # only the old pod: nothing serves the round's treatment yet
+    assert round_phases.serving_pods(alone, round_)[spec.Arm.TREATMENT] == []
 
 
 def test_a_measured_round_is_judged_again_and_the_verdict_comes_with_every_round_kept() -> None:

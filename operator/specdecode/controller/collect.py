@@ -21,7 +21,7 @@ import dataclasses
 import gzip
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specdecode import results
@@ -51,9 +51,16 @@ from specdecode.sources import prometheus
 
 
 async def arms_scraped(
-    experiment: spec.ExperimentSpec, namespace: str, name: str, settings: OperatorSettings
+    experiment: spec.ExperimentSpec,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+    *,
+    pods: Mapping[spec.Arm, Sequence[str]] | None = None,
 ) -> bool | None:
-    """Whether Prometheus scrapes both arms (None when no Prometheus is configured: collection will say so)."""
+    """Whether Prometheus scrapes both arms (None when no Prometheus is configured: collection will
+    say so); with `pods`, whether it scrapes those pods of each arm (a round's restarted arm: its old
+    pod's target may still be up while the new pod is not yet scraped)."""
     url = prometheus_url(experiment, settings)
     if url is None:
         return None
@@ -61,10 +68,11 @@ async def arms_scraped(
 
     def check() -> bool:
         for arm in spec.Arm:
-            up = source.query(
-                promql.targets_up(prometheus.arm_labels(settings.label_names, namespace, name, arm)),
-                time.time(),
-            )
+            labels = prometheus.arm_labels(settings.label_names, namespace, name, arm)
+            only = None if pods is None else (settings.label_names.pod, pods.get(arm, ()))
+            if only is not None and not only[1]:
+                return False
+            up = source.query(promql.targets_up(labels, pods=only), time.time())
             if not any(sample.value >= 1 for sample in up):
                 return False
         return True

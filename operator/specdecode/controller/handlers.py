@@ -35,6 +35,7 @@ from specdecode.experiment import (
     kvcache,
     manifests,
     reconcile,
+    round_phases,
     rounds,
     spec,
     status,
@@ -292,11 +293,12 @@ async def _observe(
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     ready = deploying and subject.spec is not None and all(a.ready for a in observed.arms.values())
     if ready and subject.spec is not None and in_progress is not None:
-        # A round's Deploying reads only whether Prometheus scrapes the arms: where they run, the
-        # treatment's log and the pods' fairness were recorded before the stages.
-        observed = replace(
-            observed, scraped=await collect.arms_scraped(subject.spec, namespace, name, settings)
-        )
+        # A round's Deploying reads only whether Prometheus scrapes the arms' Ready pods (a restarted
+        # arm's new pod, not its old one): where they run, the treatment's log and the pods'
+        # fairness were recorded before the stages.
+        serving = round_phases.serving_pods(observed, in_progress)
+        scraped = await collect.arms_scraped(subject.spec, namespace, name, settings, pods=serving)
+        observed = replace(observed, scraped=scraped)
     elif ready and subject.spec is not None:
         hosts = observe.arm_hosts(
             pods,

@@ -9,7 +9,7 @@ widened by one scrape interval so the first and last samples of the stage are in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,9 +73,16 @@ def max_gauge(metric: str, labels: Mapping[str, str], seconds: float) -> str:
     return f"max(max_over_time({metric}{selector(labels)}[{window(seconds)}]))"
 
 
-def targets_up(labels: Mapping[str, str]) -> str:
-    """How many of the arm's pods Prometheus scrapes successfully."""
-    return f"sum(up{selector(labels)})"
+def targets_up(labels: Mapping[str, str], *, pods: tuple[str, Sequence[str]] | None = None) -> str:
+    """How many of the arm's pods Prometheus scrapes successfully; with `pods` (the pod label's name,
+    the pods' names), only those pods: a round's restarted arm is not counted scraped on its old
+    pod's target."""
+    matchers = selector(labels)
+    if pods is not None:
+        label, names = pods
+        alternatives = "|".join(name.replace(".", "\\\\.") for name in names)
+        matchers = f'{matchers[:-1]},{label}=~"{alternatives}"}}'
+    return f"sum(up{matchers})"
 
 
 def info(metric: str, labels: Mapping[str, str]) -> str:

@@ -50,14 +50,22 @@ def start_round(
 def _round_ready(observed: Observed, round_: Round) -> bool:
     """The round's arms are Ready: those it starts again with a Ready pod rendered for it."""
     started = rounds.started(round_)
-    for arm in spec.Arm:
-        state = observed.arms.get(arm, ArmState())
-        if arm not in started:
-            if not state.ready:
-                return False
-        elif not any(p.ready and p.round == round_.name for p in state.pods):
-            return False
-    return True
+    pods = serving_pods(observed, round_)
+    return all(pods[arm] if arm in started else observed.arms.get(arm, ArmState()).ready for arm in spec.Arm)
+
+
+def serving_pods(observed: Observed, round_: Round) -> dict[spec.Arm, list[str]]:
+    """The Ready pods that serve each arm in the round: for an arm it starts again, those rendered
+    for it (the old pod may still be Ready, and scraped, while it terminates)."""
+    started = rounds.started(round_)
+    return {
+        arm: [
+            p.name
+            for p in observed.arms.get(arm, ArmState()).pods
+            if p.ready and (arm not in started or p.round == round_.name)
+        ]
+        for arm in spec.Arm
+    }
 
 
 def round_deploying(
