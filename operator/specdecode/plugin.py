@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import gzip
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +72,60 @@ class Kubectl:
         """`kubectl get ARGS -o json`, parsed."""
         loaded: dict[str, Any] = json.loads(self.run("get", *args, "-o", "json"))
         return loaded
+
+    def watch(self, *args: str) -> _Watched:
+        """`kubectl get ARGS -o json --watch` in the background: every version of the object, in order."""
+        where = ("-n", self.namespace) if self.namespace else ()
+        return _Watched([self.binary, *self.flags, *where, "get", *args, "-o", "json", "--watch"])
+
+
+class _Watched:
+    """The objects a `kubectl get --watch` prints (JSON documents one after another), read by a
+    thread of its own: `kubectl specdecode watch` shows every phase the API server stored, even one
+    shorter than its interval (Analyzing, when the judging takes less than a look). A watch that
+    cannot run or ends leaves the looks to carry on alone."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.objects: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        try:
+            self.process: subprocess.Popen[str] | None = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+        except OSError:
+            self.process = None
+            return
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        stream = self.process.stdout if self.process is not None else None
+        if stream is None:
+            return
+        decoder, buffer = json.JSONDecoder(), ""
+        for line in stream:
+            buffer += line
+            while buffer.strip():
+                try:
+                    obj, end = decoder.raw_decode(buffer.lstrip())
+                except ValueError:
+                    break  # an object not yet complete
+                buffer = buffer.lstrip()[end:]
+                if isinstance(obj, dict):
+                    self.objects.put(obj)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The objects seen since the last drain, oldest first."""
+        seen = []
+        while True:
+            try:
+                seen.append(self.objects.get_nowait())
+            except queue.Empty:
+                return seen
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,19 +359,37 @@ def _abort(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _watch(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
+    watched = kubectl.watch(RESOURCE, args.name)
+    try:
+        return _follow(kubectl, args, out, watched)
+    finally:
+        watched.stop()
+
+
+def _follow(kubectl: Kubectl, args: argparse.Namespace, out: TextIO, watched: _Watched) -> int:
     seen: tuple[str, str, str] | None = None
     stages_seen: set[str] = set()
+    shown = -1  # the newest resourceVersion shown: the watch may lag behind a look
     while True:
         obj = kubectl.get(RESOURCE, args.name)
         st = _status(obj)
         now = datetime.now(UTC).strftime("%H:%M:%S")
-        state = (st.phase.value, st.reason or "", st.message or "")
-        if state != seen:
-            said = (
-                f"{st.reason}: {st.message}" if st.reason and st.message else st.reason or st.message or "-"
-            )
-            print(f"{now}  {st.phase.value:<10} {said}", file=out, flush=True)
-            seen = state
+        # the versions stored since the last look (a phase shorter than a look among them), then this one
+        for version in [*watched.drain(), obj]:
+            revision = _revision(version)
+            if revision is not None and revision <= shown:
+                continue
+            shown = revision if revision is not None else shown
+            vs = _status(version)
+            state = (vs.phase.value, vs.reason or "", vs.message or "")
+            if state != seen:
+                said = (
+                    f"{vs.reason}: {vs.message}"
+                    if vs.reason and vs.message
+                    else vs.reason or vs.message or "-"
+                )
+                print(f"{now}  {vs.phase.value:<10} {said}", file=out, flush=True)
+                seen = state
         if st.phase is status.Phase.RUNNING:
             for line in _finished_stages(kubectl, obj, stages_seen):
                 print(f"{now}  {'':<10} {line}", file=out, flush=True)
@@ -322,6 +397,13 @@ def _watch(kubectl: Kubectl, args: argparse.Namespace, out: TextIO) -> int:
             print(describe(obj), file=out)
             return exit_status.OK
         time.sleep(args.interval)
+
+
+def _revision(obj: dict[str, Any]) -> int | None:
+    """The object's resourceVersion as a number (etcd's revision, as the API server writes it), or
+    None where it is not one (opaque by contract: then every version is shown)."""
+    value = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(value) if value.isdigit() else None
 
 
 def _finished_stages(kubectl: Kubectl, obj: dict[str, Any], seen: set[str]) -> list[str]:
