@@ -103,12 +103,14 @@ class _Watched:
         decoder, buffer = json.JSONDecoder(), ""
         for line in stream:
             buffer += line
-            while buffer.strip():
+            if not line.rstrip().endswith("}"):
+                continue  # no object can end on this line: decode only where one may
+            while buffer := buffer.lstrip():
                 try:
-                    obj, end = decoder.raw_decode(buffer.lstrip())
+                    obj, end = decoder.raw_decode(buffer)
                 except ValueError:
                     break  # an object not yet complete
-                buffer = buffer.lstrip()[end:]
+                buffer = buffer[end:]
                 if isinstance(obj, dict):
                     self.objects.put(obj)
 

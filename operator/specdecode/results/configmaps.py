@@ -124,19 +124,17 @@ async def download(
     namespace: str,
     experiment: str,
     generation: int,
-    job_uid: str | None,
+    job_uid: str,
     limits: Limits = DEFAULT_LIMITS,
     round_name: str | None = None,
     pod: tuple[int, int] | None = None,
 ) -> Bundle:
     """The result bundle that load Job `job_uid` stored for `generation` of an experiment (of the
     round `round_name`: `rounds.py`; None: the stages); `pod` (k, N): that of its load pod k of N;
-    `parse` reads it."""
+    `parse` reads it. (`stores.download` refuses a Job that is gone, whatever the store.)"""
     names = manifests.Names(experiment)
     prefix, job_name = names.results_prefix_of(round_name), names.load_job_of(round_name)
     prefix = pod_prefix(prefix, pod)
-    if not job_uid:
-        raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows who wrote the results")
     first = await kube.get(CONFIG_MAP, namespace, f"{prefix}-0")
     if first is None:
         if pod is not None and pod[1] > 1:

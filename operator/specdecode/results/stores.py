@@ -28,6 +28,10 @@ async def download(
     """The result bundle that load Job `job_uid` stored for `generation` of an experiment (of the
     round `round_name`: `rounds.py`; None: the stages); `pod` (k, N): that of its load pod k of N;
     from the S3 bucket `store`, else from ConfigMaps (`configmaps.download`). `parse` reads it."""
+    names = manifests.Names(experiment)
+    if not job_uid:
+        job_name = names.load_job_of(round_name)
+        raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows who wrote the results")
     if store is None:
         return await configmaps.download(
             kube,
@@ -39,10 +43,6 @@ async def download(
             round_name=round_name,
             pod=pod,
         )
-    names = manifests.Names(experiment)
-    if not job_uid:
-        job_name = names.load_job_of(round_name)
-        raise ResultsUntrusted(f"the load Job {job_name} is gone, so nothing shows which results are its own")
     return await s3.download(
         store,
         namespace=namespace,
