@@ -305,7 +305,9 @@ def main() -> None:
     p.add_argument("--records", type=int, default=100_000, help="request records, both arms")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--stages", type=int, default=4)
-    p.add_argument("--format", nargs="+", default=["v2", "v1"], choices=["v1", "v2"])
+    p.add_argument(
+        "--format", nargs="+", choices=["v1", "v2"], help="default: v2 v1 (--store s3: v2, all it takes)"
+    )
     p.add_argument(
         "--store",
         default="configmaps",
@@ -327,8 +329,9 @@ def main() -> None:
         else:
             print(json.dumps(judge(Path(where), json.loads(Path(extra).read_text()))))
         return
-    if args.store == "s3" and args.format != ["v2"]:
+    if args.store == "s3" and args.format not in (None, ["v2"]):
         p.error("--store s3: the load pod uploads version 2 only; pass --format v2")
+    formats = args.format or ["v2", "v1"]
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.run or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
@@ -343,7 +346,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as server_dir:
                 run_s3(directory, Path(server_dir), raw, args.tokens)
             return
-        for fmt in args.format:
+        for fmt in formats:
             parts_path = directory / f"parts-{fmt}.pickle"
             packed = child("--step", "pack", str(directory), f"{fmt}:{parts_path}")
             judged = child("--step", "judge", str(parts_path), str(directory / "spec.json"))
