@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import random
+import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -88,6 +90,26 @@ def test_an_object_larger_than_the_limit_is_refused_while_it_is_read(server: S3S
 
     with pytest.raises(results.ResultsTooLarge, match="SPECDECODE_RESULTS_MAX_BYTES"):
         with_store(server, use)
+
+
+def test_an_object_read_back_is_held_once_not_copied(server: S3Server) -> None:
+    """The operator reads an object of up to `max_bytes` (48 MiB by default): its body is hashed as
+    it streams in and held once, not gathered into one buffer and then copied into another (2x
+    the object at the end; benchmarks/README.md, "Results at scale", the S3 store)."""
+    blob = random.Random(16).randbytes(8 * 2**20)  # incompressible, as an object at the limit is
+    with_store(server, lambda store: store.put("held-once", blob))
+
+    async def use(store: s3.Store) -> tuple[bytes, int]:
+        tracemalloc.start()
+        try:
+            data = await store.get("held-once", max_bytes=len(blob))
+            return data, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    back, peak = with_store(server, use)
+    assert back == blob
+    assert peak < 1.5 * len(blob), f"reading {len(blob)} bytes peaked at {peak} bytes allocated"
 
 
 def test_a_missing_object_is_missing_results(server: S3Server) -> None:
