@@ -935,3 +935,21 @@ def test_bootstrap_quantiles_count_a_resample_in_full_when_its_order_statistic_l
     got = comparison.bootstrap_quantiles((x, y), q, rng=np.random.default_rng(5))
     assert np.array_equal(got[0], np.quantile(x[idx], q, axis=1))
     assert np.array_equal(got[1], np.quantile(y[idx], q, axis=1))
+
+
+@pytest.mark.parametrize("method", ["exact", "wilson"])
+@pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
+def test_proportion_intervals_are_scipy_s_binomtest_intervals(method: str, confidence: float) -> None:
+    """The closed forms give scipy's root-found intervals, at the ends (0 and all successes) too."""
+    for trials in (1, 2, 7, 40, 333, 5000):
+        for successes in sorted({0, 1, trials // 3, trials // 2, trials - 1, trials}):
+            expected = stats.binomtest(successes, trials).proportion_ci(
+                confidence_level=confidence, method=method
+            )
+            low, high = comparison.proportion_interval(
+                successes,
+                trials,
+                confidence=confidence,
+                method="exact" if method == "exact" else "wilson",
+            )
+            assert (low, high) == pytest.approx((expected.low, expected.high), abs=1e-9), (successes, trials)

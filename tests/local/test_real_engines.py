@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from specdecode import cli
-from specdecode.experiment import releases, spec
+from specdecode.experiment import promql, releases, spec
 from specdecode.local import engines
 from tests.factories import experiment_document
 from tests.local.conftest import FakeEngines, alive_after, running, wait_for_measured
@@ -437,10 +437,10 @@ class _PrometheusHandler(http.server.BaseHTTPRequestHandler):
         expr, at = params["query"][0], float(params["time"][0])
         arm = re.search(r'specdecode_io_arm="(\w+)"', expr)
         self.server.queries.append((arm.group(1) if arm else "", at))
-        body = {
-            "status": "success",
-            "data": {"resultType": "vector", "result": [{"metric": {}, "value": [at, "1"]}]},
-        }
+        # a query of several (`promql.tagged`): one series per query, tagged with its key, as Prometheus answers
+        keys = re.findall(rf'"{promql.TAG}", "([^"]+)"', expr) or [None]
+        result = [{"metric": {} if key is None else {promql.TAG: key}, "value": [at, "1"]} for key in keys]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
         data = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")

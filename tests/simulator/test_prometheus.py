@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from specdecode.experiment import promql
 from specdecode.sources import prometheus
 
 from .conftest import FAST, Prometheus, StartSim
@@ -136,14 +137,23 @@ def test_the_operator_s_queries_read_one_stage_from_a_real_prometheus(
     while time.time() < end + 1.5:  # a scrape after `end` is ingested, so the query at `end` is complete
         time.sleep(0.1)
 
+    source = prometheus.PrometheusSource(prom.url)
     metrics = prometheus.arm_metrics(
-        prometheus.PrometheusSource(prom.url),
-        {"job": "sim"},
-        start=start,
-        end=end,
-        speculative=True,
-        pod_label="instance",
+        source, {"job": "sim"}, start=start, end=end, speculative=True, pod_label="instance"
     )
+    # The queries go in one request (`promql.tagged`): each answers as it does asked alone.
+    queries = prometheus.arm_queries(
+        {"job": "sim"}, seconds=end - start, speculative=True, pod_label="instance"
+    )
+
+    def by_labels(samples: list[promql.Sample]) -> list[tuple[list[tuple[str, str]], float]]:
+        return sorted((sorted(s.labels.items()), s.value) for s in samples)
+
+    batched = source.query_many(queries, end)
+    assert {key: by_labels(found) for key, found in batched.items()} == {
+        key: by_labels(source.query(query, end)) for key, query in queries.items()
+    }
+    assert all(batched[key] for key in ("up", "requestsPerPod", "accepted_per_position", "num_drafts"))
 
     def counted(value: float | None, name: str) -> None:
         assert delta[name] > 0

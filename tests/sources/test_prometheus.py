@@ -149,9 +149,51 @@ def test_an_answer_s_values_are_read_as_numbers_and_nan_is_kept(
 def test_a_position_label_that_is_no_number_is_a_bad_response(
     canned: Callable[[int, bytes], prometheus.PrometheusSource],
 ) -> None:
-    source = canned(200, vector(({"position": "x"}, "3")))
+    source = canned(
+        200, vector(({promql.TAG: "up"}, "1"), ({"position": "x", promql.TAG: "accepted_per_position"}, "3"))
+    )
     with pytest.raises(prometheus.PrometheusBadResponse, match="position"):
         prometheus.arm_metrics(source, LABELS, start=0, end=30, speculative=True)
+
+
+def test_queries_asked_together_answer_each_under_its_key_without_the_tag(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    """One request for several queries (`promql.tagged`): the series are split by the tag's value, a
+    series of no asked key is dropped, and a key nobody answered is an empty answer."""
+    source = canned(
+        200,
+        vector(
+            ({promql.TAG: "a", "pod": "p"}, "1"),
+            ({promql.TAG: "b"}, "2"),
+            ({promql.TAG: "a", "pod": "q"}, "3"),
+            ({promql.TAG: "z"}, "4"),
+            ({}, "5"),
+        ),
+    )
+    answers = source.query_many({"a": "sum by (pod)(x)", "b": "sum(y)", "c": "sum(w)"}, 0)
+    assert {key: [(dict(s.labels), s.value) for s in found] for key, found in answers.items()} == {
+        "a": [({"pod": "p"}, 1.0), ({"pod": "q"}, 3.0)],
+        "b": [({}, 2.0)],
+        "c": [],
+    }
+
+
+def test_an_infinite_value_of_queries_asked_together_names_its_query(
+    canned: Callable[[int, bytes], prometheus.PrometheusSource],
+) -> None:
+    source = canned(200, vector(({promql.TAG: "a"}, "1"), ({promql.TAG: "b"}, "+Inf")))
+    with pytest.raises(prometheus.PrometheusBadResponse, match=r"sum\(y\) is infinite"):
+        source.query_many({"a": "sum(x)", "b": "sum(y)"}, 0)
+
+
+def test_queries_are_tagged_by_a_key_that_needs_no_escaping() -> None:
+    assert promql.tagged({"control.up": "sum(up)", "b": "x / y"}) == (
+        f'label_replace(sum(up), "{promql.TAG}", "control.up", "", "") or '
+        f'label_replace(x / y, "{promql.TAG}", "b", "", "")'
+    )
+    with pytest.raises(ValueError, match="key"):
+        promql.tagged({'a"b': "up"})
 
 
 def test_an_error_answer_s_body_never_reaches_the_message(

@@ -66,16 +66,18 @@ async def arms_scraped(
         return None
     source = prometheus.PrometheusSource(url, timeout=5.0)
 
+    queries = {}
+    for arm in spec.Arm:
+        labels = prometheus.arm_labels(settings.label_names, namespace, name, arm)
+        only = None if pods is None else (settings.label_names.pod, pods.get(arm, ()))
+        if only is not None and not only[1]:
+            return False
+        queries[arm.value] = promql.targets_up(labels, pods=only)
+
     def check() -> bool:
-        for arm in spec.Arm:
-            labels = prometheus.arm_labels(settings.label_names, namespace, name, arm)
-            only = None if pods is None else (settings.label_names.pod, pods.get(arm, ()))
-            if only is not None and not only[1]:
-                return False
-            up = source.query(promql.targets_up(labels, pods=only), time.time())
-            if not any(sample.value >= 1 for sample in up):
-                return False
-        return True
+        # both arms in one request
+        up = promql.query_all(source, queries, time.time())
+        return all(any(sample.value >= 1 for sample in up[arm]) for arm in queries)
 
     try:
         return await asyncio.to_thread(check)
@@ -95,13 +97,11 @@ async def kv_capacities(
     source = prometheus.PrometheusSource(url, timeout=5.0)
 
     def read() -> dict[spec.Arm, kvcache.KVCapacity]:
-        found = {}
-        for arm in spec.Arm:
-            labels = prometheus.arm_labels(settings.label_names, namespace, name, arm)
-            capacity = prometheus.kv_capacity(source, labels, at=time.time())
-            if capacity is not None:
-                found[arm] = capacity
-        return found
+        labels = {
+            arm.value: prometheus.arm_labels(settings.label_names, namespace, name, arm) for arm in spec.Arm
+        }
+        found = prometheus.kv_capacities(source, labels, at=time.time())
+        return {arm: capacity for arm in spec.Arm if (capacity := found[arm.value]) is not None}
 
     try:
         return await asyncio.to_thread(read)

@@ -4,7 +4,6 @@ and each arm's GPU figures over it from the DCGM exporter in Prometheus."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,18 +53,16 @@ def gpu_telemetry(
         for arm in spec.Arm
     }
     updated = []
-    # the arms' queries of a stage at once, on one pair of threads for every stage
-    with ThreadPoolExecutor(max_workers=len(spec.Arm), thread_name_prefix="specdecode-gpu") as both:
-        for stage in stages:
-            window = by_stage.get(stage.name)
-            if window is None:
-                updated.append(stage)
-                continue
-            start, end = anchor.wall + window.start, anchor.wall + window.end
-            arms = {
-                arm: both.submit(prometheus.arm_gpu, source, selectors[arm], start=start, end=end)
-                for arm in spec.Arm
-            }
-            gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL].result(), arms[spec.Arm.TREATMENT].result())
-            updated.append(stage.model_copy(update={"gpu": gpu}))
+    for stage in stages:
+        window = by_stage.get(stage.name)
+        if window is None:
+            updated.append(stage)
+            continue
+        start, end = anchor.wall + window.start, anchor.wall + window.end
+        # both arms' queries of a stage in one request
+        arms = prometheus.arms_gpu(
+            source, {arm.value: selectors[arm] for arm in spec.Arm}, start=start, end=end
+        )
+        gpu = telemetry.stage_gpu(arms[spec.Arm.CONTROL.value], arms[spec.Arm.TREATMENT.value])
+        updated.append(stage.model_copy(update={"gpu": gpu}))
     return updated

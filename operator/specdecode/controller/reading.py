@@ -72,27 +72,16 @@ async def with_prometheus(
     name: str,
     settings: OperatorSettings,
 ) -> list[records.StageWindow]:
-    """`prometheus.with_prometheus` with each arm's queries in a thread of its own, at once: a
-    collection waits for the slower arm, not for both one after the other."""
-    by_arm = await asyncio.gather(
-        *(
-            asyncio.to_thread(
-                prometheus.with_prometheus,
-                source,
-                windows,
-                anchor,
-                namespace=namespace,
-                name=name,
-                names=settings.label_names,
-                arms=(arm,),
-            )
-            for arm in spec.Arm
-        )
+    """`prometheus.with_prometheus` off the event loop (both arms' queries of a window in one request)."""
+    return await asyncio.to_thread(
+        prometheus.with_prometheus,
+        source,
+        windows,
+        anchor,
+        namespace=namespace,
+        name=name,
+        names=settings.label_names,
     )
-    return [
-        window.model_copy(update={"server": {k: v for one in by_arm for k, v in one[i].server.items()}})
-        for i, window in enumerate(windows)
-    ]
 
 
 async def measured(

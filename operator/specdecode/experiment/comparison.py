@@ -374,11 +374,29 @@ def bootstrap_quantiles(
 def proportion_interval(
     successes: int, trials: int, *, confidence: float, method: Literal["exact", "wilson"] = "exact"
 ) -> tuple[float, float]:
-    """Clopper-Pearson (`exact`) or `wilson` score interval of a binomial proportion; (0, 1) with no trials."""
+    """Clopper-Pearson (`exact`) or `wilson` score interval of a binomial proportion; (0, 1) with no trials.
+
+    In closed form, the numbers of `scipy.stats.binomtest(...).proportion_ci` (which finds the exact
+    limits by root finding, ~1 ms a call: a stage asks a handful, fifty collections at once ~1 s):
+    the exact limits are the beta distribution's quantiles, Wilson's the score formula.
+    """
     if trials <= 0:
         return 0.0, 1.0
-    ci = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method=method)
-    return float(ci.low), float(ci.high)
+    alpha = 1.0 - confidence
+    if method == "exact":
+        low = 0.0 if successes <= 0 else float(stats.beta.ppf(alpha / 2, successes, trials - successes + 1))
+        high = (
+            1.0
+            if successes >= trials
+            else float(stats.beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
+        )
+        return low, high
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    center = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
 
 
 def paired_proportion_difference(

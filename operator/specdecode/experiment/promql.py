@@ -9,9 +9,10 @@ widened by one scrape interval so the first and last samples of the stage are in
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -41,6 +42,41 @@ class MetricsSource(Protocol):
     def query(self, promql: str, at: float) -> list[Sample]:
         """Evaluate `promql` at Unix time `at`."""
         ...
+
+
+@runtime_checkable
+class BatchedSource(Protocol):
+    """A source that answers several instant queries in one request (`PrometheusSource`)."""
+
+    def query_many(self, expressions: Mapping[str, str], at: float) -> dict[str, list[Sample]]:
+        """Evaluate each of `expressions` at Unix time `at`: its answer under its key."""
+        ...
+
+
+#: The label `tagged` gives each expression's series: the expression's key.
+TAG = "specdecode_query"
+_KEY = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+
+def tagged(expressions: Mapping[str, str]) -> str:
+    """Several instant queries as one: each expression's series labelled `TAG="<its key>"`
+    (`label_replace` from the empty label, which every series has) and joined with `or`. The keys
+    differ, so no expression's series hides another's; `or` binds loosest, so each expression is
+    whole inside its `label_replace`."""
+    parts = []
+    for key, expression in expressions.items():
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"a query's key must match {_KEY.pattern}: {key!r}")
+        parts.append(f'label_replace({expression}, "{TAG}", "{key}", "", "")')
+    return " or ".join(parts)
+
+
+def query_all(source: MetricsSource, expressions: Mapping[str, str], at: float) -> dict[str, list[Sample]]:
+    """Each expression's answer at `at`: in one request where the source can batch them (a
+    collection asks ~30 queries, and each request costs the operator a few ms of CPU), else one by one."""
+    if isinstance(source, BatchedSource):
+        return source.query_many(expressions, at)
+    return {key: source.query(expression, at) for key, expression in expressions.items()}
 
 
 def selector(labels: Mapping[str, str]) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import requests
@@ -93,6 +93,32 @@ class PrometheusSource:
 
     def query(self, expression: str, at: float) -> list[promql.Sample]:
         """Evaluate at Unix time `at`."""
+        return [
+            promql.Sample(labels=labels, value=value)
+            for labels, value in self._series(expression, at, lambda _: expression)
+        ]
+
+    def query_many(self, expressions: Mapping[str, str], at: float) -> dict[str, list[promql.Sample]]:
+        """Each of `expressions` at Unix time `at`, in one request (`promql.tagged`): its series under
+        its key, without the tag."""
+        answers: dict[str, list[promql.Sample]] = {key: [] for key in expressions}
+        if not expressions:
+            return answers
+
+        def named(labels: Mapping[str, str]) -> str:
+            return expressions.get(labels.get(promql.TAG, ""), "a query")
+
+        for labels, value in self._series(promql.tagged(expressions), at, named):
+            key = labels.pop(promql.TAG, None)
+            if key in answers:
+                answers[key].append(promql.Sample(labels=labels, value=value))
+        return answers
+
+    def _series(
+        self, expression: str, at: float, named: Callable[[Mapping[str, str]], str]
+    ) -> list[tuple[dict[str, str], float]]:
+        """The answer's series as (labels, value); `named` says which expression a series answers,
+        for the error of an infinite value."""
         try:
             answer = self._client.custom_query(expression, params={"time": f"{at:.3f}"})
         except requests.RequestException as exc:
@@ -104,7 +130,7 @@ class PrometheusSource:
             raise PrometheusBadResponse(f"{self.url}: not a query result ({type(exc).__name__})") from None
         if not isinstance(answer, list):
             raise PrometheusBadResponse(f"{self.url}: the query result is not a list")
-        samples = []
+        found = []
         for series in answer:
             try:
                 value = float(series["value"][1])
@@ -112,15 +138,87 @@ class PrometheusSource:
             except (KeyError, IndexError, TypeError, ValueError, AttributeError):
                 continue
             if math.isinf(value):
-                raise PrometheusBadResponse(f"{self.url}: {expression} is infinite")
-            samples.append(promql.Sample(labels=labels, value=value))
-        return samples
+                raise PrometheusBadResponse(f"{self.url}: {named(labels)} is infinite")
+            found.append((labels, value))
+        return found
 
 
-def _scalar(source: promql.MetricsSource, expression: str, at: float) -> float | None:
-    samples = source.query(expression, at)
+def _total(samples: Sequence[promql.Sample]) -> float | None:
+    """The sum of an answer's series (NaN ones dropped), or None when it has none."""
     values = [s.value for s in samples if not math.isnan(s.value)]
     return sum(values) if values else None
+
+
+def arm_queries(
+    labels: Mapping[str, str], *, seconds: float, speculative: bool, pod_label: str = "pod"
+) -> dict[str, str]:
+    """The queries of one arm over a stage window of `seconds` (evaluated at its end), by the
+    figure they answer (`arm_figures`)."""
+    queries = {
+        "up": promql.targets_up(labels),
+        "requestsPerPod": promql.increase(promql.REQUEST_SUCCESS, labels, seconds, by=pod_label),
+        "requests_success": promql.increase(promql.REQUEST_SUCCESS, labels, seconds),
+        "generation_tokens": promql.increase(promql.GENERATION_TOKENS, labels, seconds),
+        "kv_cache_usage_max": promql.max_gauge(promql.KV_CACHE_USAGE, labels, seconds),
+        "prefix_cache_queries": promql.increase(promql.PREFIX_QUERIES, labels, seconds),
+        "prefix_cache_hits": promql.increase(promql.PREFIX_HITS, labels, seconds),
+        "ttftMeanMs": promql.histogram_mean(promql.TTFT, labels, seconds),
+        "tpotMeanMs": promql.histogram_mean(promql.TPOT, labels, seconds),
+    }
+    if speculative:
+        queries |= {
+            "accepted_per_position": promql.increase(
+                promql.SPEC_ACCEPTED_PER_POS, labels, seconds, by="position"
+            ),
+            "num_drafts": promql.increase(promql.SPEC_DRAFTS, labels, seconds),
+            "num_draft_tokens": promql.increase(promql.SPEC_DRAFT_TOKENS, labels, seconds),
+            "num_accepted_tokens": promql.increase(promql.SPEC_ACCEPTED, labels, seconds),
+        }
+    return queries
+
+
+def arm_figures(
+    answers: Mapping[str, Sequence[promql.Sample]], labels: Mapping[str, str], *, pod_label: str = "pod"
+) -> records.ArmServerMetrics:
+    """One arm's counter deltas and gauges from the answers to its `arm_queries`; raises
+    PrometheusNoData when no target of the arm is scraped."""
+    if not _total(answers.get("up", [])):
+        raise PrometheusNoData(f"no scraped target matches {promql.selector(labels)}")
+
+    def total(key: str) -> float | None:
+        return _total(answers.get(key, []))
+
+    metrics = records.ArmServerMetrics(
+        source="prometheus",
+        requests_success=total("requests_success"),
+        generation_tokens=total("generation_tokens"),
+        kv_cache_usage_max=total("kv_cache_usage_max"),
+        prefix_cache_queries=total("prefix_cache_queries"),
+        prefix_cache_hits=total("prefix_cache_hits"),
+        extra={
+            "ttftMeanMs": _ms(total("ttftMeanMs")),
+            "tpotMeanMs": _ms(total("tpotMeanMs")),
+            "requestsPerPod": {
+                s.labels.get(pod_label, "?"): s.value for s in answers.get("requestsPerPod", [])
+            },
+        },
+    )
+    if "accepted_per_position" not in answers:
+        return metrics
+    try:
+        by_position = sorted(
+            (int(s.labels.get("position", "0")), s.value) for s in answers["accepted_per_position"]
+        )
+    except ValueError:
+        raise PrometheusBadResponse("a `position` label of the acceptance counter is not a number") from None
+    return metrics.model_copy(
+        update={
+            "num_drafts": total("num_drafts"),
+            "num_draft_tokens": total("num_draft_tokens"),
+            "num_accepted_tokens": total("num_accepted_tokens"),
+            "accepted_per_position": [value for _, value in by_position],
+        }
+    )
 
 
 def arm_metrics(
@@ -133,56 +231,33 @@ def arm_metrics(
     pod_label: str = "pod",
 ) -> records.ArmServerMetrics:
     """One arm's counter deltas and gauges over a stage window (Unix times)."""
-    seconds = max(1.0, end - start)
-    up = _scalar(source, promql.targets_up(labels), end)
-    if not up:
-        raise PrometheusNoData(f"no scraped target matches {promql.selector(labels)}")
-    per_pod = {
-        s.labels.get(pod_label, "?"): s.value
-        for s in source.query(promql.increase(promql.REQUEST_SUCCESS, labels, seconds, by=pod_label), end)
-    }
-    metrics = records.ArmServerMetrics(
-        source="prometheus",
-        requests_success=_scalar(source, promql.increase(promql.REQUEST_SUCCESS, labels, seconds), end),
-        generation_tokens=_scalar(source, promql.increase(promql.GENERATION_TOKENS, labels, seconds), end),
-        kv_cache_usage_max=_scalar(source, promql.max_gauge(promql.KV_CACHE_USAGE, labels, seconds), end),
-        prefix_cache_queries=_scalar(source, promql.increase(promql.PREFIX_QUERIES, labels, seconds), end),
-        prefix_cache_hits=_scalar(source, promql.increase(promql.PREFIX_HITS, labels, seconds), end),
-        extra={
-            "ttftMeanMs": _ms(_scalar(source, promql.histogram_mean(promql.TTFT, labels, seconds), end)),
-            "tpotMeanMs": _ms(_scalar(source, promql.histogram_mean(promql.TPOT, labels, seconds), end)),
-            "requestsPerPod": per_pod,
-        },
-    )
-    if not speculative:
-        return metrics
-    positions = source.query(
-        promql.increase(promql.SPEC_ACCEPTED_PER_POS, labels, seconds, by="position"), end
-    )
-    try:
-        by_position = sorted((int(s.labels.get("position", "0")), s.value) for s in positions)
-    except ValueError:
-        raise PrometheusBadResponse("a `position` label of the acceptance counter is not a number") from None
-    return metrics.model_copy(
-        update={
-            "num_drafts": _scalar(source, promql.increase(promql.SPEC_DRAFTS, labels, seconds), end),
-            "num_draft_tokens": _scalar(
-                source, promql.increase(promql.SPEC_DRAFT_TOKENS, labels, seconds), end
-            ),
-            "num_accepted_tokens": _scalar(
-                source, promql.increase(promql.SPEC_ACCEPTED, labels, seconds), end
-            ),
-            "accepted_per_position": [value for _, value in by_position],
-        }
-    )
+    queries = arm_queries(labels, seconds=max(1.0, end - start), speculative=speculative, pod_label=pod_label)
+    return arm_figures(promql.query_all(source, queries, end), labels, pod_label=pod_label)
 
 
 def arm_gpu(source: promql.MetricsSource, selector: str, *, start: float, end: float) -> status.ArmGpu | None:
     """One arm's GPUs over a stage window (Unix times) from the DCGM exporter's series that `selector`
     picks (`telemetry.pod_selector`); None when Prometheus holds none."""
+    return arms_gpu(source, {"arm": selector}, start=start, end=end)["arm"]
+
+
+def arms_gpu(
+    source: promql.MetricsSource, selectors: Mapping[str, str], *, start: float, end: float
+) -> dict[str, status.ArmGpu | None]:
+    """`arm_gpu` of each selector (by a name of the caller's), in one request where the source can."""
     seconds = max(1.0, end - start)
-    values = {key: _scalar(source, query, end) for key, query in telemetry.queries(selector, seconds).items()}
-    return telemetry.arm_gpu(values)
+    queries = {
+        f"{arm}.{key}": query
+        for arm, selector in selectors.items()
+        for key, query in telemetry.queries(selector, seconds).items()
+    }
+    answers = promql.query_all(source, queries, end)
+    return {
+        arm: telemetry.arm_gpu(
+            {key: _total(answers[f"{arm}.{key}"]) for key in telemetry.queries(selector, seconds)}
+        )
+        for arm, selector in selectors.items()
+    }
 
 
 def kv_capacity(
@@ -190,12 +265,23 @@ def kv_capacity(
 ) -> kvcache.KVCapacity | None:
     """One arm's KV-cache capacity from its `vllm:cache_config_info` (the smallest of its pods':
     each pod's batch fits in its own cache), or None when Prometheus holds no usable series."""
-    found = [
-        capacity
-        for sample in source.query(promql.info(kvcache.CACHE_CONFIG_METRIC, labels), at)
-        if (capacity := kvcache.from_labels(sample.labels)) is not None
-    ]
-    return min(found, key=lambda capacity: capacity.tokens) if found else None
+    return kv_capacities(source, {"arm": labels}, at=at)["arm"]
+
+
+def kv_capacities(
+    source: promql.MetricsSource, labels: Mapping[str, Mapping[str, str]], *, at: float
+) -> dict[str, kvcache.KVCapacity | None]:
+    """`kv_capacity` of each arm's labels (by a name of the caller's), in one request where the source can."""
+    answers = promql.query_all(
+        source,
+        {arm: promql.info(kvcache.CACHE_CONFIG_METRIC, selected) for arm, selected in labels.items()},
+        at,
+    )
+    found = {}
+    for arm, samples in answers.items():
+        capacities = [c for s in samples if (c := kvcache.from_labels(s.labels)) is not None]
+        found[arm] = min(capacities, key=lambda capacity: capacity.tokens) if capacities else None
+    return found
 
 
 def arm_labels(names: LabelNames, namespace: str, name: str, arm: spec.Arm) -> dict[str, str]:
@@ -217,25 +303,30 @@ def with_prometheus(
     names: LabelNames,
     arms: Sequence[spec.Arm] = tuple(spec.Arm),
 ) -> list[records.StageWindow]:
-    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra).
+    """Each window's server metrics from Prometheus (the load Job's direct scrape kept under extra):
+    the arms' queries of a window in one request where the source can.
 
     `arms`: the arms that ran in these windows (`run --local` on one GPU runs them one after the other).
     """
+    labels = {arm: arm_labels(names, namespace, name, arm) for arm in arms}
     updated = []
     for window in windows:
         start = anchor.wall + window.start
         end = anchor.wall + window.end
+        seconds = max(1.0, end - start)
+        queries = {
+            f"{arm.value}.{key}": query
+            for arm in arms
+            for key, query in arm_queries(
+                labels[arm], seconds=seconds, speculative=arm is spec.Arm.TREATMENT, pod_label=names.pod
+            ).items()
+        }
+        answers = promql.query_all(source, queries, end)
         server = {}
         for arm in arms:
-            labels = arm_labels(names, namespace, name, arm)
-            metrics = arm_metrics(
-                source,
-                labels,
-                start=start,
-                end=end,
-                speculative=arm is spec.Arm.TREATMENT,
-                pod_label=names.pod,
-            )
+            prefix = f"{arm.value}."
+            mine = {key[len(prefix) :]: found for key, found in answers.items() if key.startswith(prefix)}
+            metrics = arm_figures(mine, labels[arm], pod_label=names.pod)
             direct = window.server.get(arm)
             if direct is not None:
                 metrics = metrics.model_copy(
