@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specdecode.experiment import fairness, spec, status
+from specdecode.experiment import fairness, secretrefs, spec, status
 from specdecode.experiment.status import ExperimentStatus, Round, Verdict
 from specdecode.experiment.validity import Validity
 
@@ -207,6 +207,9 @@ class Observed:
     """Once both arms are Ready, where the shell knows the whole environment itself (`run --local`:
     the command that started the arms, no image, its own hosts): taken as it is instead of the one
     built from the pods and `hosts` (None: built here)."""
+    secrets: tuple[secretrefs.Seen, ...] = ()
+    """In Pending: the Secrets the pods will read (`secretrefs.needed`), as found in the experiment's
+    namespace (empty: none needed, or not checked: the operator may not read Secrets)."""
 
 
 @dataclass(frozen=True)
