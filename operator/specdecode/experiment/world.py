@@ -108,6 +108,9 @@ class Finished:
     results_ref: status.ResultsRef | None = None
     """Where their report goes."""
     report: Report | None = None
+    unkept: str | None = None
+    """Why stages some load pods finished are not kept (`spec.workload.loadPods` > 1: a stage only
+    some pods finished is a partial schedule), for the failure's message; None: none such."""
 
 
 @dataclass(frozen=True)
