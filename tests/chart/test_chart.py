@@ -43,6 +43,7 @@ NAMESPACED_RULES: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"create", "get", "list", "update", "delete"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
+    ("", "secrets"): {"get"},  # rbac.readSecrets: a missing Secret fails before any GPU is used
 }
 # Cluster-scoped: kopf's scanning, and the Nodes the arms run on (provenance, issue 22).
 CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
@@ -374,7 +375,8 @@ def test_no_wildcards_anywhere(render: Render) -> None:
 
 def test_operator_may_create_and_clean_up_every_child_it_builds(render: Render) -> None:
     table = rule_table(only(render(), "ClusterRole")["rules"])
-    # The model cache and token only reference a claim and a Secret: the kubelet reads them, not the operator.
+    # The model cache is only a claim the kubelet mounts; the token's Secret the operator only gets
+    # (for its keys' names, before the arms are created), which no child needs.
     engine = {
         "simulator": {"profile": "h200-8b-draft-tiny"},
         "modelCache": {"claimName": "hf-models"},
@@ -402,6 +404,24 @@ def test_operator_holds_every_permission_it_grants_to_the_load_job(render: Rende
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 assert set(rule["verbs"]) <= table[(group, resource)], (group, resource)
+
+
+def test_reading_secrets_is_granted_by_default_and_only_get(render: Render) -> None:
+    for docs in (render(), render("--set", "watchNamespaces={llm}")):
+        rules = [r for d in docs if d["kind"] in {"ClusterRole", "Role"} for r in d["rules"]]
+        secrets = [r for r in rules if "secrets" in r["resources"]]
+        assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+
+
+def test_read_secrets_false_grants_no_access_to_secrets(render: Render) -> None:
+    for extra in ((), ("--set", "watchNamespaces={llm}")):
+        docs = render("--set", "rbac.readSecrets=false", *extra)
+        leader_election_rbac(docs)
+        rules = [r for d in docs if d["kind"] in {"ClusterRole", "Role"} for r in d["rules"]]
+        assert rules, "the other rules are still there"
+        assert not [r for r in rules if "secrets" in r["resources"]]
+        granted = {k for d in docs if d["kind"] in {"ClusterRole", "Role"} for k in rule_table(d["rules"])}
+        assert granted | {("", "secrets")} >= set(NAMESPACED_RULES)
 
 
 def test_rbac_can_be_left_to_the_cluster_admin(render: Render) -> None:

@@ -95,6 +95,9 @@ class FakeKube:
     async def node(self, name: str) -> dict[str, Any] | None:
         return await self.get(kube.NODE, "", name)
 
+    async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        return await kube.Kube.secret_keys(self, namespace, name)  # type: ignore[arg-type]  # its GET is ours
+
     async def pod_log(self, namespace: str, name: str) -> str | None:
         self.reads.append(("LOG", kube.POD, name))
         return self.logs.get(name)
@@ -173,6 +176,8 @@ class Operator:
             settings=settings, kube=client, metrics=OperatorMetrics(), ticks=ticks.Ticks(settings.interval)
         )
         client.on_status_patch = self._apply
+        self.logged: list[str] = []
+        """What the handler logged at info (kopf posts only warnings as Events)."""
 
     def edit(self, spec: Mapping[str, Any]) -> None:
         """`kubectl edit`: a new spec and the next generation."""
@@ -183,7 +188,7 @@ class Operator:
         """One timer run; returns the status after its patch (Events go to `kopf.event`: see the
         `operator_events` fixture)."""
         patch = kopf.Patch()
-        await handlers._reconcile(kopf.Body(self.body), patch, self.memo, _Logger(), now=now)  # type: ignore[arg-type]
+        await handlers._reconcile(kopf.Body(self.body), patch, self.memo, _Logger(self.logged), now=now)  # type: ignore[arg-type]
         self._apply(patch.get("status") or {})
         return dict(self.body["status"])
 
@@ -197,8 +202,11 @@ class Operator:
 
 
 class _Logger:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
     def info(self, message: str) -> None:
-        pass
+        self.lines.append(message)
 
     def warning(self, message: str) -> None:
         pass

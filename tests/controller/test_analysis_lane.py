@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from specdecode import results
-from specdecode.controller import collect, lane
+from specdecode.controller import collect, lane, reading
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import reconcile, status, validation
 from tests.controller.fake_kube import FakeKube
@@ -77,7 +77,7 @@ def test_the_results_are_parsed_in_the_analysis_thread(monkeypatch: pytest.Monke
     monkeypatch.setattr(results, "parse", parse_and_note)
     metadata = {"name": "exp", "namespace": "ns", "generation": 1}
     recs, _, windows, _ = asyncio.run(
-        collect.read_results(client, metadata, OperatorSettings(), job_uid="job-uid")  # type: ignore[arg-type]
+        reading.read_results(client, metadata, OperatorSettings(), job_uid="job-uid")  # type: ignore[arg-type]
     )
     assert (recs, windows) == ([], [])
     assert len(threads) == 1 and threads[0].startswith("specdecode-analysis")
@@ -100,7 +100,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         raise results.ResultsError("unreadable")
 
     monkeypatch.setattr(collect, "measured", slow_read)
-    monkeypatch.setattr(collect, "read_results", unreadable)
+    monkeypatch.setattr(collect, "read_finished", unreadable)
     return count
 
 

@@ -522,17 +522,29 @@ def test_a_run_with_only_warm_up_requests_is_no_data_not_invalid_measurement(
 
 
 def two_pods(
-    files: dict[str, str], *, invalid_pod: int | None = None, missing_pod: int | None = None
+    files: dict[str, str],
+    *,
+    invalid_pod: int | None = None,
+    missing_pod: int | None = None,
+    unfinished: dict[int, str] | None = None,
 ) -> FakeKube:
     """`files` sent by two load pods: each pod's shard (index mod 2) in its own bundle, as each pod
-    of the Indexed Job stores it, on a clock 0.25 s apart."""
+    of the Indexed Job stores it, on a clock 0.25 s apart. `unfinished`: pod -> a stage it did not
+    finish (it stopped there: its bundle, stored after every stage it finished, holds none of that
+    stage's records and no window of it)."""
     client = FakeKube()
     lines = files["requests.jsonl"].splitlines()
-    windows = json.loads(files["windows.json"])
     for k in range(2):
         if k == missing_pod:
             continue
-        shard = [line for line in lines if json.loads(line)["index"] % 2 == k]
+        stopped = (unfinished or {}).get(k)
+        windows = json.loads(files["windows.json"])
+        windows["windows"] = [w for w in windows["windows"] if w["stage"] != stopped]
+        shard = [
+            line
+            for line in lines
+            if json.loads(line)["index"] % 2 == k and json.loads(line)["stage"] != stopped
+        ]
         validity = {
             "valid": k != invalid_pod,
             "reasons": ["schedule lag p99 9 ms > budget 5 ms"] * (k == invalid_pod),
@@ -579,3 +591,38 @@ def test_a_load_pod_behind_schedule_or_without_results_fails_the_run_naming_it(
     assert invalid.reason == "InvalidMeasurement" and "load pod 1: schedule lag p99 9 ms" in invalid.message
     missing = failure(run_collect(two_pods(measured(), missing_pod=0), two_pod_experiment(url)))
     assert missing.reason == "ResultsMissing" and "load pod 0 of 2 stored no results" in missing.message
+
+
+def salvaged(client: FakeKube, url: str) -> status.ExperimentStatus:
+    """The failure of a two-pod load, with what `collect.salvage` keeps of it."""
+    failed = status.ExperimentStatus(
+        phase=status.Phase.FAILED, reason="LoadJobFailed", message="the load Job failed"
+    )
+    return asyncio.run(
+        collect.salvage(client, BODY, two_pod_experiment(url), failed, OperatorSettings(), job_uid=JOB_UID)
+    )
+
+
+def test_a_failed_two_pod_load_keeps_the_stages_both_pods_finished_and_names_the_partial_one(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    url = prometheus(200, vector("1"))
+    whole = salvaged(two_pods(measured()), url)
+    assert [s.name for s in whole.stages] == ["low", "c16"]
+    kept = salvaged(two_pods(measured(), unfinished={1: "c16"}), url)
+    assert [s.name for s in kept.stages] == ["low"]
+    message = kept.message or ""
+    assert "the 1 of 2 stage(s) measured before that (low) are kept in status.stages" in message
+    assert "stage c16: load pod 1 did not finish it" in message
+    # the stage kept is the stage as both pods measured it, not one pod's half
+    assert kept.stages[0].control.requests == whole.stages[0].control.requests
+
+
+def test_a_load_pod_that_stored_nothing_leaves_no_stage_finished_by_both_and_is_named(
+    prometheus: Callable[[int, bytes], str],
+) -> None:
+    kept = salvaged(two_pods(measured(), missing_pod=1), prometheus(200, vector("1")))
+    assert kept.stages == []
+    message = kept.message or ""
+    assert message.startswith("the load Job failed; not kept, as only some load pods finished them")
+    assert "stage low: load pod 1 did not finish it; stage c16: load pod 1 did not finish it" in message

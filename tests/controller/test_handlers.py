@@ -651,3 +651,69 @@ def test_a_failing_tick_is_retried_after_three_intervals_not_kopf_s_minute() -> 
     assert timer.interval == ticks.POLL < 1.0
     assert handlers.SETTINGS.interval == 5.0
     assert timer.backoff == 15.0
+
+
+def with_api_key(**engine: Any) -> dict[str, Any]:
+    doc = document()
+    doc["spec"]["engine"] = {"image": "vllm/x:1", "apiKeySecret": {"name": "vllm-key", "key": "api-key"}}
+    doc["spec"]["engine"].update(engine)
+    return doc
+
+
+def secret(name: str, **data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+
+
+def test_a_missing_api_key_secret_fails_the_first_tick_without_creating_anything(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """Not a pod stuck in CreateContainerConfigError once the arms hold their GPUs (issue 16)."""
+    client = FakeKube()
+    status = run(Operator(client, with_api_key()))
+    assert (status["phase"], status["reason"]) == ("Failed", "SecretMissing"), status
+    assert "spec.engine.apiKeySecret names Secret vllm-key" in status["message"]
+    assert ("GET", kube.SECRET, "vllm-key") in client.reads
+    assert [k for k, _ in client.store] == []  # nothing created: no arm, no Service, no ConfigMap
+    assert ("SecretMissing", status["message"]) in operator_events
+
+
+def test_a_secret_with_its_key_creates_the_arms_as_before(operator_events: list[tuple[str, str]]) -> None:
+    client = FakeKube()
+    client.add(secret("vllm-key", **{"api-key": "c2VjcmV0"}))
+    status = run(Operator(client, with_api_key()))
+    assert status["phase"] == "Deploying", status
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+
+
+def test_the_s3_credentials_secret_is_checked_where_the_load_job_reads_it(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    client.add(secret("s3-keys", AWS_ACCESS_KEY_ID="a2V5"))  # no AWS_SECRET_ACCESS_KEY
+    env = {"SPECDECODE_RESULTS_S3_BUCKET": "results", "SPECDECODE_RESULTS_S3_CREDENTIALS_SECRET": "s3-keys"}
+    operator = Operator(client, document(), settings=OperatorSettings.from_env(env))
+    status = run(operator)
+    assert (status["phase"], status["reason"]) == ("Failed", "SecretMissing"), status
+    assert "resultsStore.s3.credentialsSecret" in status["message"]
+    assert "has no key AWS_SECRET_ACCESS_KEY" in status["message"]
+    assert "a2V5" not in status["message"]  # key names only, never a value
+    assert client.names(kube.DEPLOYMENT) == []
+
+
+def test_secrets_the_operator_may_not_read_are_not_checked_and_said_once(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """403 (the chart's rbac.readSecrets: false): the experiment goes on, the pods' errors remain the check."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(403, 'secrets "vllm-key" is forbidden') if kind == kube.SECRET else None
+    )
+    operator = Operator(client, with_api_key())
+    for _ in range(2):  # two ticks in Pending (as while a spec edit's stale children go)
+        operator.body["status"] = {"observedGeneration": 1, "phase": "Pending"}
+        status = run(operator)
+    assert status["phase"] == "Deploying", status
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    said = [line for line in operator.logged if "not checking that the Secrets" in line]
+    assert len(said) == 1, operator.logged
+    assert 'secrets "vllm-key" is forbidden' in said[0]

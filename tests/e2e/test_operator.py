@@ -134,6 +134,45 @@ def test_real_engines_in_a_restricted_namespace_fail_at_once_naming_pod_security
     operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
 
 
+def with_api_key() -> dict[str, Any]:
+    """An experiment whose arms and load Job read the API key of Secret `vllm-key`; cleanup Never, so
+    that an arm once created would still be there to see."""
+    doc = experiment(cleanup="Never")
+    doc["spec"]["engine"]["apiKeySecret"] = {"name": "vllm-key", "key": "api-key"}
+    return doc
+
+
+def test_a_missing_api_key_secret_fails_the_experiment_before_any_arm_is_created(
+    operator: OperatorProcess,
+) -> None:
+    """Not a pod in CreateContainerConfigError on a GPU (KWOK would even run it Ready): issue 16."""
+    operator.apply(with_api_key())
+    status = failed_with(
+        operator,
+        "SecretMissing",
+        f"spec.engine.apiKeySecret names Secret vllm-key, which does not exist in namespace {operator.namespace}",
+        f"kubectl create secret generic vllm-key -n {operator.namespace} --from-literal=api-key=...",
+    )
+    assert "arms" not in status
+    assert names(operator, "deployments") == {}  # cleanup Never: none was ever created
+    assert names(operator, "jobs") == {}
+
+
+def test_an_api_key_secret_that_exists_lets_the_experiment_deploy_as_before(
+    operator: OperatorProcess,
+) -> None:
+    operator.cluster.kubectl(
+        "create", "secret", "generic", "vllm-key", "-n", operator.namespace, "--from-literal=api-key=k"
+    )
+    operator.apply(with_api_key())
+    operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)
+    status = operator.wait(
+        "both arms Ready, waiting for Prometheus",
+        lambda: s if "waiting for Prometheus" in (s := operator.status("exp")).get("message", "") else None,
+    )
+    assert status["phase"] == "Deploying", status
+
+
 def test_arms_are_owned_by_the_experiment_and_deleting_it_removes_them(operator: OperatorProcess) -> None:
     operator.apply(experiment())
     operator.wait("both arms", lambda: len(names(operator, "deployments")) == 2)

@@ -155,3 +155,17 @@ def test_the_concurrency_shares_add_up_and_differ_by_at_most_one(pods: int) -> N
     for concurrency in range(pods, 40):
         shares = [loadpods.concurrency_share(concurrency, k, pods) for k in range(pods)]
         assert sum(shares) == concurrency and max(shares) - min(shares) <= 1 and min(shares) >= 1
+
+
+def test_a_failed_load_keeps_only_the_stages_every_pod_finished() -> None:
+    recs, anchor, windows, summary = pod(0.0, range(0, 4, 2), 0.0)
+    late = [records.StageWindow(stage="t", start=3.0, end=4.0)]
+    first = ([*recs, record("t", 0, "control", 3.0)], anchor, [*windows, *late], summary)
+    second = pod(0.0, range(1, 4, 2), 0.0)  # finished s, not t
+    kept, unkept = loadpods.finished_by_all([first, second], ["s", "t", "u"])
+    assert unkept == ["stage t: load pod 1 did not finish it"]  # u: no pod finished it, not partial
+    assert [[w.stage for w in k[2]] for k in kept] == [["s"], ["s"]]
+    assert {r.stage for k in kept for r in k[0]} == {"s"}
+    nothing, why = loadpods.finished_by_all([first, None, None], ["s", "t"])
+    assert nothing == []
+    assert why == ["stage s: load pods 1, 2 did not finish it", "stage t: load pods 1, 2 did not finish it"]

@@ -140,6 +140,17 @@ Verbs are exactly those used; no wildcards (tests/chart/test_chart.py checks the
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+{{- if .Values.rbac.readSecrets }}
+# Application: missing Secrets (issue 16): before creating the arms, the Secrets their pods and the
+# load Job read (spec.engine.apiKeySecret, hfTokenSecret, resultsStore.s3.credentialsSecret) are read
+# by name for the names of their keys, so that one missing fails the experiment before any GPU is used
+# (values are never logged or kept). Only get: Secrets are never listed or watched. Without it
+# (rbac.readSecrets: false) the check is skipped and a missing Secret shows as a pod stuck in
+# CreateContainerConfigError.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
 {{- end }}
 
 {{- define "specdecode-operator.clusterRules" -}}

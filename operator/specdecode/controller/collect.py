@@ -30,7 +30,7 @@ from specdecode.controller.gpu import gpu_telemetry, with_times
 from specdecode.controller.kube import CONFIG_MAP, Kube
 from specdecode.controller.lane import COLLECTIONS as COLLECTIONS
 from specdecode.controller.lane import in_analysis_lane, one_at_a_time
-from specdecode.controller.reading import measured, prometheus_url, read_results, with_prometheus
+from specdecode.controller.reading import measured, prometheus_url, read_finished, with_prometheus
 from specdecode.controller.settings import OperatorSettings
 from specdecode.experiment import (
     crossover,
@@ -372,16 +372,20 @@ async def finished_stages(
     """
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
+    planned = [s.name for s in experiment.workload.stages]
     try:
-        recs, anchor, windows, block = await read_results(
-            kube, metadata, settings, job_uid=job_uid, pods=experiment.workload.load_pods
+        read, unkept = await read_finished(
+            kube, metadata, settings, job_uid=job_uid, pods=experiment.workload.load_pods, stages=planned
         )
     except results.ResultsError:
         return reconcile.Finished()
-    stages = {s.name for s in experiment.workload.stages}
-    measured = [w.stage for w in windows if w.stage in stages]
+    note = _unkept(unkept)
+    if read is None:
+        return reconcile.Finished(unkept=note)
+    recs, anchor, windows, block = read
+    measured = [w.stage for w in windows if w.stage in planned]
     if not measured:
-        return reconcile.Finished()
+        return reconcile.Finished(unkept=note)
     url = prometheus_url(experiment, settings)
     if url is not None:
         source = prometheus.PrometheusSource(url)
@@ -392,6 +396,13 @@ async def finished_stages(
     analysis = await in_analysis_lane(verdict.analyse, experiment, recs, windows, validity=block)
     kept = with_times([s for s in analysis.stages if s.name in measured], windows, anchor)
     ref = status.ResultsRef(config_map=f"{name}-report")
-    shown = reconcile.with_finished_stages(failed, kept, ref, total=len(experiment.workload.stages))
+    shown = reconcile.with_finished_stages(failed, kept, ref, total=len(planned), unkept=note)
     rendered = await render_report(shown, recs, windows, experiment, name=name)
-    return reconcile.Finished(stages=kept, results_ref=ref, report=rendered)
+    return reconcile.Finished(stages=kept, results_ref=ref, report=rendered, unkept=note)
+
+
+def _unkept(stages: list[str]) -> str | None:
+    """What the failure says of the stages only some load pods finished (`loadpods.finished_by_all`)."""
+    if not stages:
+        return None
+    return f"not kept, as only some load pods finished them (a partial schedule): {'; '.join(stages)}"

@@ -37,6 +37,7 @@ from specdecode.experiment import (
     reconcile,
     round_phases,
     rounds,
+    secretrefs,
     spec,
     status,
     validation,
@@ -266,6 +267,41 @@ async def _degradations(
     return None if text is None else degradations.scan(text.splitlines())
 
 
+async def _secrets(
+    client: kube.Kube,
+    namespace: str,
+    s: spec.ExperimentSpec,
+    subject: reconcile.Subject,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+) -> tuple[secretrefs.Seen, ...]:
+    """The Secrets the experiment's pods will read, as found in its namespace (the names of their
+    keys, never their values); none when the operator may not read Secrets (HTTP 403: the chart's
+    `rbac.readSecrets: false`, or a cluster policy), which is said once per experiment generation:
+    the pods' CreateContainerConfigError then remains the detection (`failures.py`)."""
+    needs = secretrefs.needed(s, memo.settings.render)
+    found: dict[str, frozenset[str] | None] = {}
+    for need in needs:
+        if need.secret in found:
+            continue
+        try:
+            found[need.secret] = await client.secret_keys(namespace, need.secret)
+        except Exception as exc:
+            refused = kube.refusal(exc)
+            if refused is None or refused[0] != 403:
+                raise
+            unchecked: set[tuple[str, str, int]] = memo.setdefault("secrets_unchecked", set())
+            if (namespace, subject.name, subject.generation) not in unchecked:
+                unchecked.add((namespace, subject.name, subject.generation))
+                logger.info(
+                    f"not checking that the Secrets the pods read exist (HTTP 403: {refused[1]}); "
+                    "a missing one shows as a pod in CreateContainerConfigError (the chart's "
+                    "rbac.readSecrets grants get on secrets)"
+                )
+            return ()
+    return tuple(secretrefs.Seen(need, namespace, found[need.secret]) for need in needs)
+
+
 async def _observe(
     body: kopf.Body,
     subject: reconcile.Subject,
@@ -290,6 +326,12 @@ async def _observe(
         config_maps=config_maps,
         round_name=in_progress.name if in_progress is not None else None,
     )
+    pending = current.phase is status.Phase.PENDING and current.observed_generation == generation
+    if pending and subject.spec is not None and not subject.aborted and not observed.stale_children:
+        # Before the arms are created: a missing Secret fails now, not as a stuck pod on a GPU.
+        observed = replace(
+            observed, secrets=await _secrets(client, namespace, subject.spec, subject, memo, logger)
+        )
     deploying = current.phase is status.Phase.DEPLOYING and current.observed_generation == generation
     ready = deploying and subject.spec is not None and all(a.ready for a in observed.arms.values())
     if ready and subject.spec is not None and in_progress is not None:
@@ -431,6 +473,9 @@ async def forget_experiment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     by garbage collection)."""
     memo.metrics.forget(str(body.metadata.namespace), str(body.metadata.name))
     memo.ticks.forget((str(body.metadata.namespace), str(body.metadata.name)))
+    unchecked: set[tuple[str, str, int]] = memo.get("secrets_unchecked") or set()
+    for key in [k for k in unchecked if k[:2] == (str(body.metadata.namespace), str(body.metadata.name))]:
+        unchecked.discard(key)
 
 
 def _subject(

@@ -29,6 +29,7 @@ _COLLECTIONS: dict[tuple[str, str], str] = {
     ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
     ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{namespace}/serviceaccounts",
+    ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
     ("v1", "Pod"): "/api/v1/namespaces/{namespace}/pods",
     ("v1", "Node"): "/api/v1/nodes",  # cluster-scoped: the namespace is ignored
     ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{namespace}/jobs",
@@ -60,6 +61,7 @@ JOB: KindRef = ("batch/v1", "Job")
 CONFIG_MAP: KindRef = ("v1", "ConfigMap")
 SERVICE: KindRef = ("v1", "Service")
 NODE: KindRef = ("v1", "Node")
+SECRET: KindRef = ("v1", "Secret")
 LEASE: KindRef = ("coordination.k8s.io/v1", "Lease")
 DISRUPTION_BUDGET: KindRef = ("policy/v1", "PodDisruptionBudget")
 EXPERIMENT: KindRef = (keys.GROUP_VERSION, keys.KIND)
@@ -152,6 +154,15 @@ class Kube:
             if exc.status == 403:
                 return None
             raise
+
+    async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The names of a Secret's keys (`data` and `stringData`), or None when it does not exist.
+        Its values never leave this method. Raises the API error otherwise (403: the operator may not
+        read Secrets, `kube.refusal` says so)."""
+        found = await self.get(SECRET, namespace, name)
+        if found is None:
+            return None
+        return frozenset([*(found.get("data") or {}), *(found.get("stringData") or {})])
 
     async def pod_log(self, namespace: str, name: str) -> str | None:
         """The start of a pod's log (at most `LOG_LIMIT_BYTES`), or None when the API server cannot

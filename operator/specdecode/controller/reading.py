@@ -4,7 +4,7 @@ window's server metrics from Prometheus (`measured`), or why they cannot be read
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specdecode import results
@@ -39,28 +39,70 @@ async def read_results(
     `results.ResultsError` (a ValueError of parsing becomes `ResultsCorrupt`). A Job of `pods` > 1
     load pods: every pod's bundle, each read and trusted as one Job's, merged into one
     (`loadpods.merge`); a pod's missing bundle is ResultsMissing."""
-    shards = []
-    for pod in [None] if pods == 1 else [(k, pods) for k in range(pods)]:
-        bundle = await results.download(
-            kube,
-            namespace=str(metadata["namespace"]),
-            experiment=str(metadata["name"]),
-            generation=int(metadata.get("generation") or 1),
-            job_uid=job_uid,
-            limits=settings.results_limits,
-            round_name=round_name,
-            pod=pod,
-            store=settings.results_s3,
-        )
-        try:
-            shards.append(await in_analysis_lane(results.parse, bundle))
-        except ValueError as exc:
-            raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
-        del bundle
+    shards = [
+        await _shard(kube, metadata, settings, pod, job_uid=job_uid, round_name=round_name)
+        for pod in ([None] if pods == 1 else [(k, pods) for k in range(pods)])
+    ]
     recs, anchor, windows, summary = (
         shards[0] if pods == 1 else await in_analysis_lane(loadpods.merge, shards)
     )
     return recs, anchor, windows, Validity.of_summary(summary)
+
+
+async def read_finished(
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    settings: OperatorSettings,
+    *,
+    job_uid: str | None,
+    pods: int,
+    stages: Sequence[str],
+) -> tuple[Measured | None, list[str]]:
+    """What a load that failed finished (the stages' Job, `job_uid`): `read_results`, but a Job of
+    `pods` > 1 load pods keeps only the `stages` that every pod finished (`loadpods.finished_by_all`),
+    a pod that stored nothing finishing none; with why each stage only some pods finished is left
+    out. None: no stage finished by every pod. Raises `results.ResultsError` as `read_results` does,
+    except for a pod's missing bundle."""
+    if pods == 1:
+        return await read_results(kube, metadata, settings, job_uid=job_uid), []
+    shards: list[loadpods.Measured | None] = []
+    for k in range(pods):
+        try:
+            shards.append(await _shard(kube, metadata, settings, (k, pods), job_uid=job_uid))
+        except results.ResultsMissing:
+            shards.append(None)
+    kept, unkept = loadpods.finished_by_all(shards, stages)
+    if not kept:
+        return None, unkept
+    recs, anchor, windows, summary = await in_analysis_lane(loadpods.merge, kept)
+    return (recs, anchor, windows, Validity.of_summary(summary)), unkept
+
+
+async def _shard(
+    kube: Kube,
+    metadata: Mapping[str, Any],
+    settings: OperatorSettings,
+    pod: tuple[int, int] | None,
+    *,
+    job_uid: str | None,
+    round_name: str | None = None,
+) -> loadpods.Measured:
+    """One load pod's bundle (`pod`: (k, N); None: the Job's one pod), read and parsed."""
+    bundle = await results.download(
+        kube,
+        namespace=str(metadata["namespace"]),
+        experiment=str(metadata["name"]),
+        generation=int(metadata.get("generation") or 1),
+        job_uid=job_uid,
+        limits=settings.results_limits,
+        round_name=round_name,
+        pod=pod,
+        store=settings.results_s3,
+    )
+    try:
+        return await in_analysis_lane(results.parse, bundle)
+    except ValueError as exc:
+        raise results.ResultsCorrupt(f"the load Job's results do not parse: {exc}") from None
 
 
 async def with_prometheus(

@@ -23,8 +23,10 @@ def with_finished_stages(
     results_ref: status.ResultsRef | None,
     *,
     total: int,
+    unkept: str | None = None,
 ) -> ExperimentStatus:
-    """`failed` with the `stages` finished of `total` kept, and its message saying so."""
+    """`failed` with the `stages` finished of `total` kept, and its message saying so (and, with
+    `unkept`, which stages were measured only in part and why they are not kept)."""
     names = ", ".join(s.name for s in stages)
     where = f"ConfigMap {results_ref.config_map}" if results_ref and results_ref.config_map else "the report"
     return failed.model_copy(
@@ -33,7 +35,7 @@ def with_finished_stages(
             "results_ref": results_ref,
             "message": (
                 f"{failed.message}; the {len(stages)} of {total} stage(s) measured before that "
-                f"({names}) are kept in status.stages and {where}"
+                f"({names}) are kept in status.stages and {where}" + (f"; {unkept}" if unkept else "")
             ),
         }
     )
@@ -44,8 +46,13 @@ def keep_finished(failed: Decision, finished: Finished, *, total: int) -> Decisi
     kept; nothing finished (or nothing could be read): the failure as it was. Its other actions follow."""
     rest: list[Action] = [a for a in failed.actions if a is not Action.KEEP_FINISHED_STAGES]
     if not finished.stages:
+        if finished.unkept:  # stages measured in part only: the failure says so
+            said = failed.status.model_copy(update={"message": f"{failed.status.message}; {finished.unkept}"})
+            return Decision(said, rest, failed.events)
         return Decision(failed.status, rest, failed.events)
-    kept = with_finished_stages(failed.status, finished.stages, finished.results_ref, total=total)
+    kept = with_finished_stages(
+        failed.status, finished.stages, finished.results_ref, total=total, unkept=finished.unkept
+    )
     if finished.report is None:
         return Decision(kept, rest, failed.events)
     return Decision(kept, [Action.STORE_REPORT, *rest], failed.events, finished.report)

@@ -77,6 +77,39 @@ def merge(pods: Sequence[Measured]) -> Measured:
     return recs, anchor, merged_windows, merged_summary([summary for *_, summary in pods])
 
 
+def finished_by_all(
+    pods: Sequence[Measured | None], stages: Sequence[str]
+) -> tuple[list[Measured], list[str]]:
+    """What a load of N pods that failed finished: each pod's results (in pod order; None: that pod
+    stored nothing) cut to the `stages` (in their order) that every pod finished, ready to `merge`,
+    and why each stage that only some pods finished is left out. Each pod stores its bundle after
+    every stage it finishes, so a stage's window in a pod's bundle means that pod finished its shard
+    of it; a stage only some pods finished is a partial schedule (its pairs are not the planned
+    ones) and is not kept. No stage finished by every pod: no results.
+    """
+    done = [set() if pod is None else {w.stage for w in pod[2]} for pod in pods]
+    common = {stage for stage in stages if all(stage in d for d in done)}
+    unkept = []
+    for stage in stages:
+        behind = [str(k) for k, d in enumerate(done) if stage not in d]
+        if behind and len(behind) < len(pods):
+            which = f"load pod {behind[0]}" if len(behind) == 1 else f"load pods {', '.join(behind)}"
+            unkept.append(f"stage {stage}: {which} did not finish it")
+    if not common:
+        return [], unkept
+    dropped = set(stages) - common
+    kept: list[Measured] = [
+        (
+            [r for r in recs if r.stage not in dropped],
+            anchor,
+            [w for w in windows if w.stage not in dropped],
+            summary,
+        )
+        for recs, anchor, windows, summary in (pod for pod in pods if pod is not None)
+    ]
+    return kept, unkept
+
+
 def _shifted(rec: records.Request, shift: float) -> records.Request:
     if not shift:
         return rec

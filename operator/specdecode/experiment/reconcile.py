@@ -6,7 +6,7 @@ children, so a restarted operator resumes where it was.
 
 Phases (design.md §3)::
 
-    Pending --(valid; stale children gone)--> Deploying --(both arms Ready)--> Running
+    Pending --(valid; stale children gone; the Secrets its pods read there)--> Deploying --(both arms Ready)--> Running
     Running --(load Job succeeded)--> Analyzing --(results judged)--> Completed (verdict)
     Analyzing --(a round is owed: analysis.crossover, analysis.confirm)--> Deploying (the round) ...
     Analyzing --(a search probe is owed: workload.search)--> Running (the probe's load) ...
@@ -45,6 +45,7 @@ from specdecode.experiment import (
     placement,
     releases,
     rounds,
+    secretrefs,
     spec,
     status,
 )
@@ -107,6 +108,9 @@ def decide(
     if current.phase is Phase.PENDING:
         if observed.stale_children:
             return Decision(current, [Action.DELETE_STALE])
+        missing = secretrefs.problem(observed.secrets)
+        if missing is not None:  # before any GPU is used, not as a pod in CreateContainerConfigError
+            return fail(current, subject, now, secretrefs.REASON, missing, observed)
         return enter(
             current, subject, Phase.DEPLOYING, now, "Deploying", "creating both arms", [Action.CREATE_ARMS]
         )

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specdecode.experiment import fairness, spec, status
+from specdecode.experiment import fairness, secretrefs, spec, status
 from specdecode.experiment.status import ExperimentStatus, Round, Verdict
 from specdecode.experiment.validity import Validity
 
@@ -108,6 +108,9 @@ class Finished:
     results_ref: status.ResultsRef | None = None
     """Where their report goes."""
     report: Report | None = None
+    unkept: str | None = None
+    """Why stages some load pods finished are not kept (`spec.workload.loadPods` > 1: a stage only
+    some pods finished is a partial schedule), for the failure's message; None: none such."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,9 @@ class Observed:
     """Once both arms are Ready, where the shell knows the whole environment itself (`run --local`:
     the command that started the arms, no image, its own hosts): taken as it is instead of the one
     built from the pods and `hosts` (None: built here)."""
+    secrets: tuple[secretrefs.Seen, ...] = ()
+    """In Pending: the Secrets the pods will read (`secretrefs.needed`), as found in the experiment's
+    namespace (empty: none needed, or not checked: the operator may not read Secrets)."""
 
 
 @dataclass(frozen=True)
