@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -33,6 +34,13 @@ def pytest_configure(config: pytest.Config) -> None:
     empty.write_text(EMPTY_KUBECONFIG)
     empty.chmod(0o600)  # helm warns about a group- or world-readable kubeconfig
     os.environ["KUBECONFIG"] = str(empty)
+    # The ctrl-c tests press ctrl-c as a terminal does. A suite started in the background of a
+    # non-interactive shell (`make test &` in a script, CI wrappers) inherits SIGINT ignored, and an
+    # ignored signal stays ignored across exec: every process the tests start would shrug ctrl-c off
+    # and those tests fail for the launcher's reason, not the product's. A handled SIGINT is reset to
+    # the default in each child, so the children get a terminal's SIGINT again.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     e2e_skips.register(config)
 
 
