@@ -70,7 +70,7 @@ def pair_key(rec: Any) -> tuple[str, int, str, str, str | None]:
 
 
 def test_two_pods_send_the_one_pod_s_pairs_and_merge_into_one_run(fake_server: Start, tmp_path: Path) -> None:
-    _, _, endpoints = two_arms(fake_server)
+    _, _, endpoints = two_arms(fake_server, "--step-ms", "1")
     one = load(endpoints, tmp_path / "one", None, 1)
     pods = [load(endpoints, tmp_path / f"pod{k}", k, 2) for k in range(2)]
     recs, anchor, windows, summary = loadpods.merge(pods)
