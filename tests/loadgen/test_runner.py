@@ -120,7 +120,7 @@ def test_measured_ttft_and_tpot_equal_the_servers_ground_truth_within_1ms_at_p99
 
 
 def test_pairs_share_prompt_seed_and_intended_time_in_both_arms(fake_server: Start, tmp_path: Path) -> None:
-    _, _, endpoints = two_arms(fake_server)
+    _, _, endpoints = two_arms(fake_server, "--step-ms", "1")
     plan = plan_mod.plan_from_spec(
         make_spec(
             stages=[{"name": "open", "rate": 40.0}, {"name": "closed", "concurrency": 4}],
