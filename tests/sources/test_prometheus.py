@@ -226,7 +226,7 @@ def test_an_arm_s_kv_capacity_is_read_from_its_cache_config_info_series() -> Non
             ]
         }
     )
-    capacity = prometheus.kv_capacity(source, LABELS, at=30)
+    capacity = prometheus.kv_capacities(source, {"arm": LABELS}, at=30)["arm"]
     assert capacity is not None and (capacity.tokens, capacity.block_size) == (2906 * 16, 16)
     assert source.queries == [
         'vllm:cache_config_info{namespace="llm",specdecode_io_experiment="exp",specdecode_io_arm="treatment"}'
@@ -234,7 +234,7 @@ def test_an_arm_s_kv_capacity_is_read_from_its_cache_config_info_series() -> Non
 
 
 def test_an_arm_without_a_cache_config_info_series_has_no_kv_capacity() -> None:
-    assert prometheus.kv_capacity(FakeSource({}), LABELS, at=30) is None
+    assert prometheus.kv_capacities(FakeSource({}), {"arm": LABELS}, at=30)["arm"] is None
 
 
 def test_an_arm_s_gpu_figures_come_from_the_dcgm_series_of_its_pods() -> None:
@@ -248,7 +248,7 @@ def test_an_arm_s_gpu_figures_come_from_the_dcgm_series_of_its_pods() -> None:
             "DCGM_FI_DEV_POWER_USAGE": [({}, "533.2")],
         }
     )
-    gpu = prometheus.arm_gpu(source, selector, start=0, end=30)
+    gpu = prometheus.arms_gpu(source, {"arm": selector}, start=0, end=30)["arm"]
     assert gpu is not None
     assert (gpu.gpus, gpu.utilization_mean, gpu.memory_used_max_mib, gpu.power_mean_watts) == (
         1,
@@ -260,4 +260,4 @@ def test_an_arm_s_gpu_figures_come_from_the_dcgm_series_of_its_pods() -> None:
 
 
 def test_an_arm_whose_pods_have_no_dcgm_series_has_no_gpu_figures() -> None:
-    assert prometheus.arm_gpu(FakeSource({}), "{}", start=0, end=30) is None
+    assert prometheus.arms_gpu(FakeSource({}), {"arm": "{}"}, start=0, end=30)["arm"] is None

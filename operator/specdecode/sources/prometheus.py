@@ -235,16 +235,12 @@ def arm_metrics(
     return arm_figures(promql.query_all(source, queries, end), labels, pod_label=pod_label)
 
 
-def arm_gpu(source: promql.MetricsSource, selector: str, *, start: float, end: float) -> status.ArmGpu | None:
-    """One arm's GPUs over a stage window (Unix times) from the DCGM exporter's series that `selector`
-    picks (`telemetry.pod_selector`); None when Prometheus holds none."""
-    return arms_gpu(source, {"arm": selector}, start=start, end=end)["arm"]
-
-
 def arms_gpu(
     source: promql.MetricsSource, selectors: Mapping[str, str], *, start: float, end: float
 ) -> dict[str, status.ArmGpu | None]:
-    """`arm_gpu` of each selector (by a name of the caller's), in one request where the source can."""
+    """Each arm's GPUs over a stage window (Unix times) from the DCGM exporter's series that its
+    selector picks (`telemetry.pod_selector`), by a name of the caller's, in one request where the
+    source can; None for an arm whose pods Prometheus holds no series of."""
     seconds = max(1.0, end - start)
     queries = {
         f"{arm}.{key}": query
@@ -260,18 +256,12 @@ def arms_gpu(
     }
 
 
-def kv_capacity(
-    source: promql.MetricsSource, labels: Mapping[str, str], *, at: float
-) -> kvcache.KVCapacity | None:
-    """One arm's KV-cache capacity from its `vllm:cache_config_info` (the smallest of its pods':
-    each pod's batch fits in its own cache), or None when Prometheus holds no usable series."""
-    return kv_capacities(source, {"arm": labels}, at=at)["arm"]
-
-
 def kv_capacities(
     source: promql.MetricsSource, labels: Mapping[str, Mapping[str, str]], *, at: float
 ) -> dict[str, kvcache.KVCapacity | None]:
-    """`kv_capacity` of each arm's labels (by a name of the caller's), in one request where the source can."""
+    """Each arm's KV-cache capacity from its `vllm:cache_config_info` (the smallest of its pods':
+    each pod's batch fits in its own cache), by a name of the caller's, in one request where the
+    source can; None for an arm without a usable series."""
     answers = promql.query_all(
         source,
         {arm: promql.info(kvcache.CACHE_CONFIG_METRIC, selected) for arm, selected in labels.items()},
