@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -463,3 +464,50 @@ def test_confirm_with_arms_given_by_url_says_the_round_was_not_run(tmp_path: Pat
     rec = result(out)["recommendation"]
     assert rec["confirmationReason"] == "ArmsNotStartedHere" and "confirmed" not in rec
     assert not (out / "confirmation").exists()
+
+
+def test_an_arm_given_by_url_that_stops_answering_fails_arm_lost_keeping_the_stages_before(
+    tmp_path: Path,
+) -> None:
+    """A server given by URL that goes away mid-stage (issue 35 item 4): Failed `ArmLost`, naming the
+    arm and what was seen, c1 kept; not a Reject on the error rate of a server that is gone."""
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny"},
+        stages=[
+            {"name": "c1", "concurrency": 1, "requests": 20},
+            {"name": "c4", "concurrency": 4, "requests": 20000},
+        ],
+        sequential=False,
+    )
+    control, control_url = start_simulator_node(tmp_path, "control", 1.0)
+    treatment, treatment_url = start_simulator_node(tmp_path, "treatment", 1.0)
+    out = tmp_path / "out"
+
+    def kill_the_treatment_in_c4() -> None:
+        if wait_for_window(out, "c1"):
+            time.sleep(1.0)
+        treatment.kill()
+
+    killer = threading.Thread(target=kill_the_treatment_in_c4, daemon=True)
+    killer.start()
+    try:
+        code = run(path, out, "--control-url", control_url, "--treatment-url", treatment_url)
+    finally:
+        for process in (control, treatment):
+            process.kill()
+            process.wait(15)
+        killer.join(5)
+    assert code == 3
+    status = result(out)
+    assert (status["phase"], status["reason"]) == ("Failed", "ArmLost"), status["message"]
+    assert conditions(status)["Stalled"] == ("True", "ArmLost")
+    assert "verdict" not in status
+    message = status["message"]
+    assert (
+        f"the treatment arm at {treatment_url} (--treatment-url) stopped answering during stage c4" in message
+    )
+    assert "refused connections" in message
+    assert "the 1 of 2 stage(s) measured before that (c1) are kept" in message
+    [stage] = status["stages"]
+    assert stage["name"] == "c1" and stage["speedup"]["n"] == 20

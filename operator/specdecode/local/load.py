@@ -1,5 +1,6 @@
 """`run --local`'s load, watched: the load generator in this process, stopped as soon as an arm's
-process dies, an arm cannot be reached, or the load runs past `spec.deadlines.run`."""
+process dies, an arm cannot be reached or stops answering (`ArmLost`), or the load runs past
+`spec.deadlines.run`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -65,19 +67,43 @@ class DeadlinePassed(Exception):
     the core ends the run (or the round) as the operator's does (`RunDeadlineExceeded`)."""
 
 
+#: error classes of a request that never reached a server, or lost it mid-answer
+GONE = frozenset({"connect", "disconnect"})
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An arm that answered, then stopped: its last `streak` requests could not reach it."""
+
+    arm: spec.Arm
+    stage: str
+    answered: int
+    """Its requests answered (ok) before."""
+    streak: int
+    classes: tuple[str, ...]
+
+
 class Reachability:
     """Passes the load's progress on, and notes an arm whose first requests all failed to connect
     (a wrong `--control-url`, a server that is not running): the run stops at the start of the
-    warm-up instead of sending every request of every stage into a refused connection."""
+    warm-up instead of sending every request of every stage into a refused connection. Later, an
+    arm that answered and then fails `LOST` requests in a row to connect or mid-answer
+    (`disconnect`) is lost (the process gone, the server stopped): the load stops there too, and
+    the run fails `ArmLost` instead of ending Reject on the error rate of a server that went away."""
 
     FIRST = 3
     """Requests per arm that decide (all failed to connect, none answered)."""
+    LOST = 5
+    """Requests in a row that could not reach an arm that answered before."""
 
     def __init__(self, progress: runner.Progress) -> None:
         self.progress = progress
         self.outcomes: dict[spec.Arm, list[bool]] = {}
         """Per arm: whether each of its first requests failed to connect."""
         self.unreachable: spec.Arm | None = None
+        self.lost: Lost | None = None
+        self.answered: dict[spec.Arm, int] = {}
+        self.streak: dict[spec.Arm, list[str]] = {}
         self.stop: Callable[[], object] = lambda: None
         """Stops the load (set once it runs)."""
 
@@ -89,7 +115,44 @@ class Reachability:
                 if len(seen) == self.FIRST and all(seen) and self.unreachable is None:
                     self.unreachable = event.arm
                     self.stop()
+            self._note(event)
         self.progress(event)
+
+    def _note(self, event: runner.RequestDone) -> None:
+        streak = self.streak.setdefault(event.arm, [])
+        if event.ok:
+            self.answered[event.arm] = self.answered.get(event.arm, 0) + 1
+            streak.clear()
+        elif event.error_class in GONE:
+            streak.append(event.error_class or "")
+        elif event.error_class != "cancelled":
+            streak.clear()
+        answered = self.answered.get(event.arm, 0)
+        if answered and len(streak) >= self.LOST and self.lost is None and self.unreachable is None:
+            self.lost = Lost(event.arm, event.stage, answered, len(streak), tuple(sorted(set(streak))))
+            self.stop()
+
+
+def lost_message(lost: Lost, url: str, *, given: bool) -> str:
+    """What `ArmLost` says: the arm, where, what was seen, and that the finished stages are kept."""
+    seen = " and ".join(
+        {"connect": "refused connections", "disconnect": "dropped answers"}[c] for c in lost.classes
+    )
+    where = f"at {url} (--{lost.arm}-url)" if given else f"at {url}"
+    return (
+        f"the {lost.arm} arm {where} stopped answering during stage {lost.stage}: after {lost.answered} "
+        f"answered requests its last {lost.streak} got {seen}; the load stopped there. The stages "
+        "finished before it are kept; is the server still running?"
+    )
+
+
+async def _seen_gone(arms: engines.Engines, *, seconds: float) -> None:
+    """Until an arm's process is seen exited, for at most `seconds`."""
+    settle = time.monotonic() + seconds
+    for _ in range(int(seconds / 0.05) + 1):
+        if arms.crashed() is not None or time.monotonic() > settle:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def watched(
@@ -123,6 +186,18 @@ async def watched(
                 f"{Reachability.FIRST} requests failed to connect; the load stopped there. Is the "
                 "server running, and is the URL right?",
             )
+        if reach.lost is not None:
+            load.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await load
+            # An arm started here that died is EngineCrashed (its exit status and log): give its
+            # process a moment to be seen gone before calling it lost.
+            if not urls_given:
+                await _seen_gone(arms, seconds=2.0)
+            if arms.crashed() is None:
+                raise ArmFailure(
+                    "ArmLost", lost_message(reach.lost, endpoints[reach.lost.arm].url, given=urls_given)
+                )
         crashed = arms.crashed()
         if crashed is not None:
             load.cancel()

@@ -540,9 +540,11 @@ class _Run:
         )
 
     def _overrun(self, final: ExperimentStatus) -> ExperimentStatus:
-        """A run whose stages' load passed `spec.deadlines.run` fails as the operator's does
-        (`RunDeadlineExceeded`, from the core) and, as there, keeps the stages measured before that."""
-        if final.reason != "RunDeadlineExceeded" or None not in self.overrun or final.stages:
+        """A run whose stages' load failed keeps the stages measured before that, as the operator's
+        does: past `spec.deadlines.run` (`RunDeadlineExceeded`, from the core), or an arm lost or
+        crashed during it (`ArmLost`, `EngineCrashed`)."""
+        overran = final.reason == "RunDeadlineExceeded" and None in self.overrun
+        if not (overran or final.reason in LOAD_FAULTS) or final.stages:
             return final
         kept = self._finished_stages()
         if not kept:
@@ -604,6 +606,10 @@ class _Run:
         warning = placement.warning(self.environment)
         if warning is not None and self.in_turn:  # side by side, the core warns as the load starts
             self.view.message(f"warning: {warning}")
+
+
+#: failures of an arm during the stages' load, after which the stages it finished are kept
+LOAD_FAULTS = frozenset({"ArmLost", "EngineCrashed"})
 
 
 def _reported(
