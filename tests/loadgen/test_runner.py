@@ -438,3 +438,19 @@ def test_sigterm_stops_the_load_as_an_interruption_that_keeps_its_results(
     summary_doc = json.loads((out / runner.SUMMARY_FILE).read_text())
     assert summary_doc["interrupted"] is True
     assert any(r.ok for r in read_records(out))
+
+
+def test_a_stage_the_rule_decides_at_its_last_pair_ran_its_budget_and_did_not_stop_early(
+    fake_server: Start, tmp_path: Path
+) -> None:
+    _, _, endpoints = two_arms(fake_server)
+    plan = plan_mod.plan_from_spec(
+        make_spec(stages=[{"name": "a", "concurrency": 4}], requestsPerStage=30), Path(), look_every=10
+    )
+
+    def stop_rule(stage: str, recs: Sequence[records.RequestRecord]) -> bool:
+        return len(recs) >= 60  # decided at the bound only, as the design is at a stage's last look
+
+    result = run(plan, endpoints, tmp_path, stop_rule=stop_rule)
+    assert [w.stopped_early for w in result.windows] == [False]
+    assert len([r for r in read_records(tmp_path) if r.stage == "a"]) == 60

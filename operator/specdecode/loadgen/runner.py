@@ -324,7 +324,8 @@ class _Run:
                 log.exception("stop rule failed; the stage continues to its bound")
                 stop = False
             if stop:
-                st.stopped_early = True
+                # the design also decides at the stage's last pair: that is its bound, not an early stop
+                st.stopped_early = st.pairs < len(st.plan.requests)
                 st.stop.set()
 
     def _look_due(self, st: _StageState) -> bool:
