@@ -53,7 +53,8 @@ def confirmation(
     assert schedule == SCHEDULE
     planned = confirm.plan(spec, first.stages, schedule)
     second = confirm.treatment_spec(spec, schedule)
-    records, windows = synthetic.run(second, speedup=speedup, n=120, noise=noise, seed=seed)
+    # 240 requests: at c16 that is 15 waves, the independent units of its interval (120 gave 7)
+    records, windows = synthetic.run(second, speedup=speedup, n=240, noise=noise, seed=seed)
     return confirm.fold(first.recommendation, confirm.judge(second, planned, records, windows))
 
 

@@ -126,6 +126,9 @@ def test_error_rate_surely_above_the_limit_fails() -> None:
     result = verdict.analyse(spec, records, windows)
     assert stage(result, "c16").verdict is StageVerdict.FAIL
     assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+    # the failing stage's lines say what failed and how the primary metric's speed-up stood
+    reasons = stage(result, "c16").reasons
+    assert reasons[0].startswith("errorRate") and reasons[-1].startswith("tpot lower bound"), reasons
 
 
 def guardrail(result: verdict.Analysis, stage_name: str, name: str) -> Any:
@@ -953,3 +956,22 @@ def test_proportion_intervals_are_scipy_s_binomtest_intervals(method: str, confi
                 method="exact" if method == "exact" else "wilson",
             )
             assert (low, high) == pytest.approx((expected.low, expected.high), abs=1e-9), (successes, trials)
+
+
+def test_pairs_that_share_a_wave_get_an_interval_over_waves_not_pairs() -> None:
+    # Identical arms whose waves of 16 share one moment each (a shared slowdown): 300 pairs are ~19
+    # independent units. The pair-by-pair interval excludes 1.0 most of the time; the blocked one
+    # covers it about as often as its level says.
+    rng = np.random.default_rng(5)
+    runs, covered_iid, covered = 400, 0, 0
+    for _ in range(runs):
+        d = np.repeat(rng.normal(0.0, 0.1, 19), 16)[:300] + rng.normal(0.0, 0.05, 300)
+        _, low, high, _ = comparison.paired_t(d, threshold=0.0, confidence=0.95)
+        covered_iid += low <= 0.0 <= high
+        _, low, high, _ = comparison.paired_t(d, threshold=0.0, confidence=0.95, unit=16)
+        covered += low <= 0.0 <= high
+    assert covered_iid / runs < 0.6
+    assert covered / runs > 0.92
+    # one wave is one unit: no interval
+    one = comparison.compare(np.ones(64), np.ones(64) * 0.9, metric="tpot", min_speedup=1.1, unit=64)
+    assert one.label is comparison.Label.NO_DATA and "fewer than two sampling units" in one.reason

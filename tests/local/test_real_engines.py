@@ -112,11 +112,11 @@ def test_one_gpu_confirms_the_schedule_with_the_treatment_alone_against_the_firs
     tmp_path: Path, fake_engines: FakeEngines
 ) -> None:
     # A steeper compute slope than the profile's puts c64 clearly below break-even: a stage of one wave
-    # (64 requests at concurrency 64) has a run-to-run spread 2.3x its interval (benchmarks/verdict/waves.py).
+    # (64 requests at concurrency 64) has a run-to-run spread 2.3x its interval (benchmarks/verdict/waves.py)
+    # and, one sampling unit, no interval at all; four waves are judged.
     fake_engines.set("FAKE_VLLM_SIM_ARGS", "--profile h200-8b-draft-tiny --batch-token-ms 0.03")
-    path = write_experiment(
-        tmp_path, stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}], requests=64
-    )
+    stages = [{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64, "requests": 256}]
+    path = write_experiment(tmp_path, stages=stages, requests=64)
     document = yaml.safe_load(path.read_text())
     document["spec"]["workload"]["dataset"] = {"type": "synthetic", "inputTokens": 256, "outputTokens": 64}
     document["spec"]["workload"]["sampling"] = {"maxTokens": 64}

@@ -121,13 +121,16 @@ def compare(
     horizon: int | None = None,
     higher_is_better: bool = False,
     first_look: int = sequential.FIRST_LOOK,
+    unit: int = 1,
 ) -> MetricVerdict:
     """Speed-up of `candidate` (treatment) over `baseline` (control), pair by pair.
 
     `baseline[i]` and `candidate[i]` are the same request in both arms. Latencies: speed-up is
     baseline / candidate; with `higher_is_better` (throughput) candidate / baseline. `horizon` is
     the most pairs the stage could have had and `first_look` the fewest before its first look
-    (`sequential.first_look` of its concurrency): they set the sequential design's looks.
+    (`sequential.first_look` of its concurrency): they set the sequential design's looks. `unit`
+    is the stage's sampling unit in pairs (`sampling_unit`): every interval is the wider of the iid
+    one and the cluster-robust one over blocks of at least `unit` pairs.
     """
     d = log_ratios(baseline, candidate, higher_is_better=higher_is_better)
     n = int(d.size)
@@ -147,11 +150,21 @@ def compare(
             f"{n} valid {metric} pairs, fewer than {need}",
             method,
         )
+    if sequential.blocks_of(n, unit) < 2:
+        return MetricVerdict(
+            Label.NO_DATA,
+            math.exp(mean),
+            None,
+            None,
+            n,
+            f"{n} valid {metric} pairs, fewer than two sampling units of {unit} (waves or requests in flight)",
+            method,
+        )
     decided_at: int | None = None
     if sequential_ci:
         h = max(horizon or n, n)
         at = sequential.look(
-            d, threshold=threshold, confidence=confidence, horizon=h, final=True, first=first_look
+            d, threshold=threshold, confidence=confidence, horizon=h, final=True, first=first_look, unit=unit
         )
         # Estimate and interval both come from the look that decided the stage: pairs that finished
         # after it (in flight at the stop) would move a mean outside that look's interval.
@@ -160,18 +173,16 @@ def compare(
             d, at, threshold=threshold, confidence=confidence, horizon=h, first=first_look
         )
         p = sequential.repeated_p_value(
-            d, threshold=threshold, confidence=confidence, horizon=h, upto=at.n, first=first_look
+            d,
+            threshold=threshold,
+            confidence=confidence,
+            horizon=h,
+            upto=at.n,
+            first=first_look,
+            unit=unit,
         )
     else:
-        sd = float(np.std(d, ddof=1))
-        if sd == 0.0:
-            low = high = mean
-            p = 0.0 if mean > threshold else 1.0
-        else:
-            se = sd / math.sqrt(n)
-            crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
-            low, high = mean - crit * se, mean + crit * se
-            p = float(stats.t.sf((mean - threshold) / se, n - 1))
+        mean, low, high, p = paired_t(d, threshold=threshold, confidence=confidence, unit=unit)
     ci = (math.exp(low), math.exp(high))
     if low >= threshold:
         label, why = Label.PASS, f"lower bound {ci[0]:.3f} ≥ {min_speedup:g}"
@@ -186,8 +197,27 @@ def compare(
         horizon=horizon,
         sequential_ci=sequential_ci,
         first_look=first_look,
+        unit=unit,
     )
     return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
+
+
+def paired_t(
+    d: FloatArray, *, threshold: float, confidence: float, unit: int = 1
+) -> tuple[float, float, float, float]:
+    """The fixed-horizon interval of the mean of `d` (log scale): mean, low, high and the one-sided
+    p-value of "mean ≤ threshold". The wider of the paired t interval (n - 1 df) and the
+    cluster-robust one over blocks of at least `unit` pairs (`sequential.cluster_se`, G - 1 df)."""
+    n = int(d.size)
+    mean = float(np.mean(d))
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    se, df = sequential.spread(d, n, z, unit)
+    if se == 0.0:
+        return mean, mean, mean, 0.0 if mean > threshold else 1.0
+    if not math.isfinite(se):
+        return mean, -math.inf, math.inf, 1.0
+    crit = float(stats.t.ppf(0.5 + confidence / 2.0, df))
+    return mean, mean - crit * se, mean + crit * se, float(stats.t.sf((mean - threshold) / se, df))
 
 
 def min_detectable(
@@ -198,6 +228,7 @@ def min_detectable(
     horizon: int | None,
     sequential_ci: bool,
     first_look: int = sequential.FIRST_LOOK,
+    unit: int = 1,
 ) -> float | None:
     """The noise floor of a stage: the smallest speed-up its design promotes with probability
     `DETECTABLE_POWER`, at the standard deviation of its paired log-ratios taken as the truth.
@@ -205,12 +236,13 @@ def min_detectable(
     Sequential: the group-sequential design over the stage's request bound (`sequential.detectable`);
     fixed horizon: the paired t test on the pairs that ran. A speed-up below it was unlikely to be
     shown at this load, whatever its size: measure more requests, or accept a lower minSpeedup.
-    None without spread (ties) or with too few pairs.
+    None without spread (ties) or with too few pairs. The spread is the one the pairs are worth
+    (`sequential.pair_sd` over blocks of `unit` pairs): correlated pairs carry less information.
     """
     n = int(d.size)
     if n < 3:
         return None
-    sd = float(np.std(d, ddof=1))
+    sd = sequential.pair_sd(d, unit)
     if not math.isfinite(sd) or sd == 0.0:
         return None
     if sequential_ci:
@@ -222,6 +254,7 @@ def min_detectable(
             horizon=h,
             power=DETECTABLE_POWER,
             first=first_look,
+            unit=unit,
         )
         return math.exp(floor) if math.isfinite(floor) else None
     crit = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) + stats.t.ppf(DETECTABLE_POWER, n - 1))

@@ -2,7 +2,7 @@
 
 Noise floor (`analysis.mode: NoiseFloor`, an A/A run: both arms without speculation). Each stage
 runs in full (no sequential stop) and is reported in `status.noiseFloor`: the A/A speed-up with its
-paired t interval (every pair, one look; the stage's own `speedup` is computed the same way), `equivalent` (the interval within [1/minSpeedup,
+paired t interval (every pair, one look, cluster-robust over waves or time windows as `comparison.paired_t`; the stage's own `speedup` is computed the same way), `equivalent` (the interval within [1/minSpeedup,
 minSpeedup]), `minDetectable` (`min_detectable` at threshold 1.0 with the Compare run's design: the
 smallest speed-up the stage tells from none, 9 times in 10, at the noise measured), `measurable`
 (minDetectable ≤ minSpeedup), and the greedy-output mismatch rate with its Wilson interval; the
@@ -16,12 +16,17 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from specdecode.experiment import sequential
-from specdecode.experiment.comparison import MIN_PAIRS_FIXED, log_ratios, min_detectable, proportion_interval
+from specdecode.experiment.comparison import (
+    MIN_PAIRS_FIXED,
+    log_ratios,
+    min_detectable,
+    paired_t,
+    proportion_interval,
+)
 from specdecode.experiment.guardrails import output_agreement
-from specdecode.experiment.pairing import Pairs, paired_values
+from specdecode.experiment.pairing import Pairs, paired_values, sampling_unit
 from specdecode.experiment.records import Request
 from specdecode.experiment.spec import (
     ExperimentSpec,
@@ -43,11 +48,11 @@ def stage_noise_floor(spec: ExperimentSpec, stage: Stage, records: Sequence[Requ
     d = log_ratios(b, c, higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT)
     n = int(d.size)
     result = StageNoiseFloor(name=stage.name, load=stage.load_label, pairs=n)
+    unit = sampling_unit(stage.concurrency, stage.rate, list(pairs.treatment.values()))
     if n >= MIN_PAIRS_FIXED:
-        mean, sd = float(np.mean(d)), float(np.std(d, ddof=1))
-        half = float(stats.t.ppf(0.5 + a.confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+        mean, low, high, _ = paired_t(d, threshold=0.0, confidence=a.confidence, unit=unit)
         result.speedup = math.exp(mean)
-        result.ci_low, result.ci_high = math.exp(mean - half), math.exp(mean + half)
+        result.ci_low, result.ci_high = math.exp(low), math.exp(high)
         result.equivalent = 1.0 / a.min_speedup <= result.ci_low and result.ci_high <= a.min_speedup
         result.min_detectable = min_detectable(
             d,
@@ -56,6 +61,7 @@ def stage_noise_floor(spec: ExperimentSpec, stage: Stage, records: Sequence[Requ
             horizon=spec.stage_requests(stage),
             sequential_ci=a.sequential,
             first_look=sequential.first_look(stage.concurrency),
+            unit=unit,
         )
         if result.min_detectable is not None:
             result.measurable = result.min_detectable <= a.min_speedup

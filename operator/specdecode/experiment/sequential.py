@@ -76,6 +76,9 @@ GAMMA = 2.0
 Z_MAX = 8.0
 #: grid points of the numerical integration
 GRID = 201
+#: the pairs of a look are cut into at most this many contiguous blocks (in request order) for the
+#: cluster-robust variance (`spread`): batch means, each block at least one sampling unit long
+MAX_BLOCKS = 10
 
 SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -204,6 +207,79 @@ def _t_scale(c: float, n: int) -> float:
     return float(stats.t.isf(stats.norm.sf(c), n - 1))
 
 
+# ------------------------------------------------------------------------------- the sampling unit
+
+
+def block_size(n: int, unit: int = 1) -> int:
+    """Pairs per block of a look at `n` pairs: at least one sampling `unit` (a closed-loop wave, the
+    requests in flight at once in an open loop) and at most `MAX_BLOCKS` blocks. A unit of one
+    request (concurrency 1, an open loop with about one in flight) has no shared batches: every
+    pair is its own block, and the intervals are the iid ones."""
+    if unit <= 1:
+        return 1
+    return max(unit, math.ceil(n / MAX_BLOCKS))
+
+
+def blocks_of(n: int, unit: int = 1) -> int:
+    """Blocks of a look at `n` pairs (`block_size`); the last one takes the remainder."""
+    return n // block_size(n, unit)
+
+
+def cluster_se(x: FloatArray, n: int, unit: int = 1) -> FloatArray:
+    """The standard error of the mean of the first `n` values of `x` (last axis) over contiguous blocks.
+
+    The values are cut into G = `blocks_of(n, unit)` blocks (the last one takes the remainder) with
+    residual sums r_g = S_g - n_g·m (S_g the block sums, n_g their sizes, m the mean). The variance
+    is the cluster-robust (CR1) one, G/(G-1)·Σ r_g² / n², widened by the covariance of adjacent
+    blocks with Bartlett's weight ½ (Newey-West at lag 1, never below CR1): consecutive
+    closed-loop waves overlap in time (request i runs beside i ± C), so neighbouring blocks are
+    not quite independent, while blocks two apart are. inf with fewer than 2 blocks. With blocks of
+    one value and no lag-1 covariance it is the iid standard error."""
+    b = block_size(n, unit)
+    g = n // b
+    shape = x.shape[:-1]
+    if g < 2:
+        return np.full(shape, np.inf)
+    edges = np.asarray([*range(0, g * b, b), n])
+    csum = np.concatenate([np.zeros((*shape, 1)), np.cumsum(x[..., :n], axis=-1)], axis=-1)
+    sums = np.diff(csum[..., edges], axis=-1)
+    sizes = np.diff(edges).astype(np.float64)
+    resid = sums - sizes * (csum[..., n : n + 1] / n)
+    squares = np.sum(resid * resid, axis=-1)
+    lagged = np.sum(resid[..., 1:] * resid[..., :-1], axis=-1)
+    out: FloatArray = np.sqrt(g / (g - 1) * (squares + np.maximum(lagged, 0.0))) / n
+    return out
+
+
+def pair_sd(x: FloatArray, unit: int = 1) -> float:
+    """The per-pair standard deviation the pairs of `x` are worth: the sample one, or the
+    cluster-robust standard error times √n when the blocks vary more than independent pairs would
+    (the design effect of correlated pairs); inf with fewer than 2 blocks of `unit`."""
+    x = np.asarray(x, dtype=np.float64)
+    n = int(x.size)
+    if n < 2:
+        return math.nan
+    sd = float(np.std(x, ddof=1))
+    if block_size(n, unit) == 1:
+        return sd
+    return max(sd, float(cluster_se(x, n, unit)) * math.sqrt(n))
+
+
+def spread(x: FloatArray, n: int, c: float, unit: int = 1) -> tuple[float, float]:
+    """The standard error of the mean of `x[:n]` and its degrees of freedom, as a look with z-scale
+    boundary `c` uses them: the iid one (n - 1 df) or the cluster-robust one (`cluster_se`, G - 1 df),
+    whichever gives the wider interval."""
+    x = np.asarray(x, dtype=np.float64)
+    iid = float(np.std(x[:n], ddof=1)) / math.sqrt(n)
+    cr = float(cluster_se(x, n, unit))
+    g = blocks_of(n, unit)
+    if not math.isfinite(cr) or not math.isfinite(_t_scale(c, g)):
+        return math.inf, 1.0
+    if _t_scale(c, g) * cr > _t_scale(c, n) * iid:
+        return cr, float(g - 1)
+    return iid, float(n - 1)
+
+
 @dataclass(frozen=True)
 class LookBounds:
     """Per planned look: the estimate and the repeated confidence interval."""
@@ -220,10 +296,14 @@ class LookBounds:
     """Upper bound of the repeated confidence interval."""
 
 
-def look_bounds(x: FloatArray, d: Design) -> LookBounds:
+def look_bounds(x: FloatArray, d: Design, unit: int = 1) -> LookBounds:
     """The repeated confidence intervals of `x` at the looks of `d` that `x` has reached.
 
-    `x` is 1-D, or 2-D with independent experiments in rows (the Monte Carlo study).
+    `x` is 1-D, or 2-D with independent experiments in rows (the Monte Carlo study). `unit`: pairs
+    per sampling unit (`block_size`). Each interval's half-width is the wider of the iid one
+    (q_k · sd / √n_k, n_k - 1 df) and the cluster-robust one (the boundary on the t scale with
+    G_k - 1 df times `cluster_se`): pairs that share engine batches are correlated, and an iid
+    interval over them is too narrow (benchmarks/README.md, "Correlated pairs").
     """
     x = np.asarray(x, dtype=np.float64)
     n_obs = x.shape[-1]
@@ -242,6 +322,13 @@ def look_bounds(x: FloatArray, d: Design) -> LookBounds:
     mean = cmean + x[..., :1]
     sd = np.sqrt(np.maximum(s2 - nn * cmean * cmean, 0.0) / (nn - 1.0))
     half = np.where(np.isinf(q), np.inf, q * sd / np.sqrt(nn))
+    zs = [c for n, c in zip(d.looks, d.z, strict=True) if n <= n_obs and n >= MIN_PAIRS]
+    for k, (n, c) in enumerate(zip(looks.tolist(), zs, strict=True)):
+        tq = _t_scale(c, blocks_of(n, unit))
+        if block_size(n, unit) > 1 and math.isfinite(tq):
+            half[..., k] = np.maximum(half[..., k], tq * cluster_se(x, n, unit))
+        elif block_size(n, unit) > 1:
+            half[..., k] = np.inf
     return LookBounds(looks, mean, sd, mean - half, mean + half)
 
 
@@ -269,6 +356,7 @@ def look(
     horizon: int,
     final: bool = False,
     first: int = FIRST_LOOK,
+    unit: int = 1,
 ) -> Look:
     """Whether a stage whose paired log-ratios so far are `x` can stop, and its interval.
 
@@ -281,7 +369,7 @@ def look(
     horizon = max(horizon, n)
     alpha = 1.0 - confidence
     d = design(horizon, alpha=alpha, first=first)
-    b = look_bounds(x, d)
+    b = look_bounds(x, d, unit)
     if b.n.size:
         stop = (b.low > threshold) | (b.high < threshold)
         hit = np.flatnonzero(stop | (b.n >= horizon))
@@ -292,7 +380,7 @@ def look(
             low, high = float(b.low[k]), float(b.high[k])
             return Look(True, _side(low, high, threshold), int(b.n[k]), low, high)
     if final and n >= MIN_PAIRS and (not b.n.size or b.n[-1] < n):
-        b = look_bounds(x, design(horizon, alpha=alpha, final_at=n, first=first))
+        b = look_bounds(x, design(horizon, alpha=alpha, final_at=n, first=first), unit)
         low, high = float(b.low[-1]), float(b.high[-1])
         return Look(True, _side(low, high, threshold), n, low, high)
     if not b.n.size:
@@ -305,7 +393,14 @@ def _side(low: float, high: float, threshold: float) -> str:
 
 
 def repeated_p_value(
-    x: FloatArray, *, threshold: float, confidence: float, horizon: int, upto: int, first: int = FIRST_LOOK
+    x: FloatArray,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int,
+    upto: int,
+    first: int = FIRST_LOOK,
+    unit: int = 1,
 ) -> float:
     """The repeated p-value of "the mean equals `threshold`" at the looks up to `upto` pairs.
 
@@ -321,7 +416,7 @@ def repeated_p_value(
     final_at = None if n in planned else n
 
     def excluded(alpha: float) -> bool:
-        b = look_bounds(x, design(horizon, alpha=alpha, final_at=final_at, first=first))
+        b = look_bounds(x, design(horizon, alpha=alpha, final_at=final_at, first=first), unit)
         return bool(b.n.size) and bool(np.any((b.low > threshold) | (b.high < threshold)))
 
     if not excluded(1.0 - 1e-9):
@@ -381,7 +476,13 @@ def _z_looks(d: Design, horizon: int, upto: int) -> tuple[tuple[float, ...], tup
 
 
 def median_unbiased(
-    x: FloatArray, at: Look, *, threshold: float, confidence: float, horizon: int, first: int = FIRST_LOOK
+    x: FloatArray,
+    at: Look,
+    *,
+    threshold: float,
+    confidence: float,
+    horizon: int,
+    first: int = FIRST_LOOK,
 ) -> float:
     """The median-unbiased estimate of the mean (log scale) at the look `at` that ended the stage.
 
@@ -393,7 +494,10 @@ def median_unbiased(
     least as high) = 1/2. A stage that ended below is mirrored (x → -x), so only exits above are
     ever ranked. Computed on the z scale with the look's standard deviation taken as
     known (the t statistic is carried to z through its tail probability, as the boundaries are)
-    and carried back to the t scale; the observed outcome is the one `look` reports.
+    and carried back to the t scale; the observed outcome is the one `look` reports. The spread is
+    the pairs' own (iid): the ordering is the design's, and a cluster-robust spread chosen by the
+    data would bias the estimate toward the threshold (`sequential_estimate` keeps it inside the
+    interval, which is the cluster-robust one).
 
     `x`: the stage's paired log-ratios in request order; `at`: `look(x, ..., final=True)` of the
     same arguments. Returns the mean at `at` itself when it has no interval (too few pairs) or no
@@ -447,6 +551,7 @@ def detectable(
     horizon: int,
     power: float = 0.9,
     first: int = FIRST_LOOK,
+    unit: int = 1,
 ) -> float:
     """The smallest mean (log scale) a stage of `horizon` pairs with per-pair standard deviation `sd`
     decides above `threshold` with probability `power`: the design's noise floor.
@@ -454,10 +559,15 @@ def detectable(
     P(the first exit is above) under drift δ is the recursive integration of `_beyond` with the
     last look's boundary; δ is found by root-finding and carried back with `sd` taken as known
     (as the z-scale design does). inf when `sd` is not a positive finite number or the stage is
-    too short for an interval.
+    too short for an interval. `unit`: pairs per sampling unit; with blocks (`block_size`) the last
+    look's interval is on the t scale of its G - 1 degrees of freedom, and `sd` is widened by that
+    scale's ratio to the z boundary.
     """
     if not math.isfinite(sd) or sd <= 0.0 or horizon < MIN_PAIRS:
         return math.inf
+    if block_size(horizon, unit) > 1:
+        c = design(horizon, alpha=1.0 - confidence, first=first).z[-1]
+        sd *= _t_scale(c, blocks_of(horizon, unit)) / c
     return threshold + _detectable_drift(horizon, confidence, power, first) * sd / math.sqrt(horizon)
 
 

@@ -50,7 +50,7 @@ from specdecode.experiment.guardrails import (
     turns,
 )
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
-from specdecode.experiment.pairing import Pairs, paired_values, summarise_arm
+from specdecode.experiment.pairing import Pairs, paired_values, sampling_unit, summarise_arm
 from specdecode.experiment.recommendation import recommend
 from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import (
@@ -127,6 +127,7 @@ def analyse_stage(
         horizon=spec.stage_requests(stage),
         higher_is_better=higher,
         first_look=sequential.first_look(stage.concurrency),
+        unit=sampling_unit(stage.concurrency, stage.rate, list(pairs.treatment.values())),
     )
     result.speedup = Speedup(
         metric=metric,
@@ -178,6 +179,9 @@ def analyse_stage(
     )
     reasons = [first] if first is not None else []
     reasons += [_guardrail_line(g) for g in findings]
+    if verdict is StageVerdict.FAIL and first is None and mv.ci is not None:
+        # failed on a guardrail: the primary metric's own line says whether the speed-up held
+        reasons.append(mv.reason)
     result.verdict, result.code, result.reasons = verdict, code, reasons
     if verdict is StageVerdict.FAIL and spec.speculates:
         accepted, drafted = acc_counts
@@ -446,6 +450,7 @@ def stage_look(
     *,
     max_pairs: int,
     concurrency: int | None = None,
+    rate: float | None = None,
 ) -> sequential.Look:
     """The sequential state of a running stage (see `stage_decided`)."""
     pairs = Pairs.of([*control, *treatment]).prefix()
@@ -458,6 +463,7 @@ def stage_look(
         confidence=analysis.confidence,
         horizon=max_pairs,
         first=sequential.first_look(concurrency),
+        unit=sampling_unit(concurrency, rate, treatment),
     )
 
 
@@ -468,6 +474,7 @@ def stage_decided(
     *,
     max_pairs: int,
     concurrency: int | None = None,
+    rate: float | None = None,
 ) -> bool:
     """May the load generator end this stage now? For the load generator's loop; pure and cheap.
 
@@ -475,7 +482,7 @@ def stage_decided(
     design's looks are planned from `max_pairs` alone, so every call sees the same looks. Pass every
     finished record of the running stage for each arm (ok or failed, warm-up excluded) and the
     stage's request bound (`spec.stage_requests(stage)`) and its closed-loop concurrency (None: open
-    loop), which set the design's looks. Only the longest run of indices finished
+    loop, then its `rate`), which set the design's looks and its sampling unit (`sampling_unit`). Only the longest run of indices finished
     in both arms is used. True when, at a planned look, the primary metric's repeated confidence
     interval lies wholly above or below minSpeedup, or the stage reached `max_pairs`; always False
     with `analysis.sequential` off, in an A/A run (`NoiseFloor`: it measures the full stage), or
@@ -484,4 +491,6 @@ def stage_decided(
     """
     if not analysis.sequential or analysis.mode is AnalysisMode.NOISE_FLOOR:
         return False
-    return stage_look(analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency).decided
+    return stage_look(
+        analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency, rate=rate
+    ).decided

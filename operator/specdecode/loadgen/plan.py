@@ -357,6 +357,7 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
         return None
     bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
     concurrency = {stage.name: stage.concurrency for stage in s.workload.stages}
+    rate = {stage.name: stage.rate for stage in s.workload.stages}
 
     control_arm, treatment_arm = spec_mod.Arm.CONTROL, spec_mod.Arm.TREATMENT
 
@@ -369,6 +370,7 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
             treatment,
             max_pairs=bounds.get(stage, len(control)),
             concurrency=concurrency.get(stage),
+            rate=rate.get(stage),
         )
 
     return decided
