@@ -117,7 +117,8 @@ def test_confirm_reruns_the_stages_with_the_recommended_schedule_and_confirms_it
     path = write_experiment(
         tmp_path,
         simulator={"profile": "h200-8b-draft-tiny", "acceptanceRate": 0.9, "batchTokenMs": 0.1},
-        stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}],
+        # c64 in four waves: one wave (64 requests) is one sampling unit, which has no interval
+        stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64, "requests": 256}],
         requests=64,
         requireStages="any",
         confirm=True,
