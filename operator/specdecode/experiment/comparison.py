@@ -140,25 +140,16 @@ def compare(
     if n == 0:
         return MetricVerdict(Label.NO_DATA, None, None, None, 0, f"no valid {metric} pairs", method)
     mean = float(np.mean(d))
-    if n < need:
+    short = (
+        f"fewer than {need}"
+        if n < need
+        else f"fewer than two sampling units of {unit} (waves or requests in flight)"
+        if sequential.blocks_of(n, unit) < 2
+        else None
+    )
+    if short is not None:
         return MetricVerdict(
-            Label.NO_DATA,
-            math.exp(mean),
-            None,
-            None,
-            n,
-            f"{n} valid {metric} pairs, fewer than {need}",
-            method,
-        )
-    if sequential.blocks_of(n, unit) < 2:
-        return MetricVerdict(
-            Label.NO_DATA,
-            math.exp(mean),
-            None,
-            None,
-            n,
-            f"{n} valid {metric} pairs, fewer than two sampling units of {unit} (waves or requests in flight)",
-            method,
+            Label.NO_DATA, math.exp(mean), None, None, n, f"{n} valid {metric} pairs, {short}", method
         )
     decided_at: int | None = None
     if sequential_ci:

@@ -183,15 +183,21 @@ def summarise_arm(
     return summary
 
 
+def in_flight(rate: float | None, treatment: Sequence[Request]) -> float | None:
+    """Requests running at once in an open loop at `rate`: rate × the treatment's mean E2E (Little's
+    law); None without a rate or before any request finished."""
+    e2e = [r.e2e_ms for r in treatment if r.ok and r.e2e_ms is not None and math.isfinite(r.e2e_ms)]
+    if rate is None or not e2e:
+        return None
+    return rate * (sum(e2e) / len(e2e)) / 1000.0
+
+
 def sampling_unit(concurrency: int | None, rate: float | None, treatment: Sequence[Request]) -> int:
     """Pairs per sampling unit of a stage: the requests that share their engine's batches, whose
     paired differences are correlated. A closed-loop wave (its concurrency); in an open loop the
-    requests in flight at once (rate × mean E2E, Little's law; 1 before any finished). Intervals
-    treat blocks of at least this many consecutive pairs as the independent units
-    (`sequential.look_bounds`)."""
+    requests in flight at once (`in_flight`; 1 before any finished). Intervals treat blocks of at
+    least this many consecutive pairs as the independent units (`sequential.look_bounds`)."""
     if concurrency is not None:
         return max(1, concurrency)
-    e2e = [r.e2e_ms for r in treatment if r.ok and r.e2e_ms is not None and math.isfinite(r.e2e_ms)]
-    if rate is None or not e2e:
-        return 1
-    return max(1, math.ceil(rate * (sum(e2e) / len(e2e)) / 1000.0))
+    running = in_flight(rate, treatment)
+    return 1 if running is None else max(1, math.ceil(running))

@@ -271,13 +271,24 @@ def spread(x: FloatArray, n: int, c: float, unit: int = 1) -> tuple[float, float
     whichever gives the wider interval."""
     x = np.asarray(x, dtype=np.float64)
     iid = float(np.std(x[:n], ddof=1)) / math.sqrt(n)
-    cr = float(cluster_se(x, n, unit))
-    g = blocks_of(n, unit)
-    if not math.isfinite(cr) or not math.isfinite(_t_scale(c, g)):
+    robust = float(_robust_half(x, n, c, unit))
+    if not math.isfinite(robust):
         return math.inf, 1.0
-    if _t_scale(c, g) * cr > _t_scale(c, n) * iid:
-        return cr, float(g - 1)
+    if robust > _t_scale(c, n) * iid:
+        return float(cluster_se(x, n, unit)), float(blocks_of(n, unit) - 1)
     return iid, float(n - 1)
+
+
+def _robust_half(x: FloatArray, n: int, c: float, unit: int) -> FloatArray:
+    """The cluster-robust half-width of a look at `n` pairs with z-scale boundary `c`: the boundary on
+    the t scale of G - 1 degrees of freedom times `cluster_se`; inf when either is (fewer than 2
+    blocks, a look that spends nothing)."""
+    tq = _t_scale(c, blocks_of(n, unit))
+    se = cluster_se(x, n, unit)
+    if not math.isfinite(tq):
+        return np.full(se.shape, np.inf)
+    out: FloatArray = tq * se
+    return out
 
 
 @dataclass(frozen=True)
@@ -324,11 +335,8 @@ def look_bounds(x: FloatArray, d: Design, unit: int = 1) -> LookBounds:
     half = np.where(np.isinf(q), np.inf, q * sd / np.sqrt(nn))
     zs = [c for n, c in zip(d.looks, d.z, strict=True) if n <= n_obs and n >= MIN_PAIRS]
     for k, (n, c) in enumerate(zip(looks.tolist(), zs, strict=True)):
-        tq = _t_scale(c, blocks_of(n, unit))
-        if block_size(n, unit) > 1 and math.isfinite(tq):
-            half[..., k] = np.maximum(half[..., k], tq * cluster_se(x, n, unit))
-        elif block_size(n, unit) > 1:
-            half[..., k] = np.inf
+        if block_size(n, unit) > 1:
+            half[..., k] = np.maximum(half[..., k], _robust_half(x, n, c, unit))
     return LookBounds(looks, mean, sd, mean - half, mean + half)
 
 

@@ -50,7 +50,7 @@ from specdecode.experiment.guardrails import (
     turns,
 )
 from specdecode.experiment.noisefloor import noise_floor, noise_floor_message
-from specdecode.experiment.pairing import Pairs, paired_values, sampling_unit, summarise_arm
+from specdecode.experiment.pairing import Pairs, in_flight, paired_values, sampling_unit, summarise_arm
 from specdecode.experiment.recommendation import recommend
 from specdecode.experiment.records import Request, StageWindow
 from specdecode.experiment.spec import (
@@ -82,10 +82,7 @@ def batch_size(stage: Stage, treatment: Sequence[Request]) -> float | None:
     """Running requests in the treatment: concurrency, or rate × mean E2E (Little's law)."""
     if stage.concurrency is not None:
         return float(stage.concurrency)
-    e2e = [r.e2e_ms for r in treatment if r.ok and r.e2e_ms is not None and math.isfinite(r.e2e_ms)]
-    if stage.rate is None or not e2e:
-        return None
-    return stage.rate * (sum(e2e) / len(e2e)) / 1000.0
+    return in_flight(stage.rate, treatment)
 
 
 def analyse_stage(
