@@ -9,6 +9,12 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
+SHORT_STAGE_GUARDRAILS: dict[str, Any] = {"maxErrorRate": 0.05, "minOutputMatch": 0.95}
+"""errorRate and outputMatch limits that 59 clean pairs show at 95% (`guardrails.pairs_to_show`),
+for the tests about other parts than those limits that run stages of 60 requests: the defaults
+(0.01, 0.99) need 299, and until a stage shows them it cannot Pass."""
+
+
 def experiment_document(**spec_overrides: Any) -> dict[str, Any]:
     """A small valid experiment document; keyword arguments replace top-level spec fields."""
     spec: dict[str, Any] = {

@@ -60,7 +60,7 @@ def stored(files: dict[str, str]) -> FakeKube:
 
 def measured(validity: dict[str, Any] | None = None) -> dict[str, str]:
     """The files of a run of known effect, as the load Job writes them."""
-    recs, windows = synthetic.run(experiment(), n=160)
+    recs, windows = synthetic.run(experiment(), n=300)
     return {
         "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
         "windows.json": json.dumps(
@@ -265,7 +265,7 @@ def test_a_stage_gets_its_window_s_wall_clock_times_and_one_without_a_window_non
 
 
 def measured_with(speedup: float, seed: int) -> dict[str, str]:
-    recs, windows = synthetic.run(experiment(), n=160, speedup=speedup, seed=seed)
+    recs, windows = synthetic.run(experiment(), n=300, speedup=speedup, seed=seed)
     return {
         "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
         "windows.json": json.dumps(
@@ -401,7 +401,7 @@ def store_probe(client: FakeKube, s: spec.ExperimentSpec, round_: status.Round, 
     """The probe's records as its own load Job writes them (its one stage, no warm-up)."""
     stage = rounds.probe_stage(s, round_)
     assert stage is not None
-    recs, windows = synthetic.run(search.probe_spec(s, stage), n=40, speedup=speedup, seed=round_.probe or 0)
+    recs, windows = synthetic.run(search.probe_spec(s, stage), n=300, speedup=speedup, seed=round_.probe or 0)
     files = {
         "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs),
         "windows.json": json.dumps(
@@ -511,7 +511,7 @@ def test_a_run_with_only_warm_up_requests_is_no_data_not_invalid_measurement(
 ) -> None:
     """The analysis' own reason passes through: nothing measured is NoData (the load never ran past its
     warm-up), not the InvalidMeasurement of a run the load generator judged."""
-    recs, _ = synthetic.run(experiment(), n=160)
+    recs, _ = synthetic.run(experiment(), n=300)
     files = measured()
     files["requests.jsonl"] = "".join(
         r.model_copy(update={"warmup": True}).model_dump_json() + "\n" for r in recs

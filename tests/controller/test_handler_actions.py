@@ -49,7 +49,7 @@ def failed_load(client: FakeKube, *, stored: bool) -> Operator:
     }
     uid = client.add(job)["metadata"]["uid"]
     if stored:
-        recs, windows = synthetic.run(experiment, n=160)
+        recs, windows = synthetic.run(experiment, n=300)
         first = windows[0].stage
         files = {
             "requests.jsonl": "".join(r.model_dump_json() + "\n" for r in recs if r.stage == first),

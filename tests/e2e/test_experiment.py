@@ -29,6 +29,7 @@ from k8s_cluster import Cluster, free_port, wait_for
 from node_agent import NodeAgent, TcpRelay, host_path_claim
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
+from tests.factories import SHORT_STAGE_GUARDRAILS
 from tests.grafana import dashboard
 
 from specdecode import results
@@ -42,8 +43,9 @@ def experiment(name: str, profile: str, *, engine_args: list[str] | None = None)
     """Small and fast: one closed-loop stage at concurrency 1, 80 requests of 64 tokens per arm.
 
     As in tests/local, the TTFT guardrail is relaxed (the simulated draft model's prefill makes TTFT
-    worse, which would reject the tiny draft for another reason than its speed-up), and 80 requests
-    make the tiny draft's true 1.15x TPOT speed-up show as a lower bound above minSpeedup 1.05.
+    worse, which would reject the tiny draft for another reason than its speed-up), 80 requests
+    make the tiny draft's true 1.15x TPOT speed-up show as a lower bound above minSpeedup 1.05, and
+    the error and output-match limits are ones 59 clean pairs show (the defaults need 299).
     """
     return {
         "apiVersion": "specdecode.io/v1alpha1",
@@ -69,7 +71,7 @@ def experiment(name: str, profile: str, *, engine_args: list[str] | None = None)
             "analysis": {
                 "minSpeedup": 1.05,
                 "requireStages": "any",
-                "guardrails": {"maxTtftRegression": 10.0},
+                "guardrails": {"maxTtftRegression": 10.0, **SHORT_STAGE_GUARDRAILS},
             },
             "deadlines": {"deploy": "2m", "run": "3m"},
         },
@@ -262,6 +264,31 @@ def test_a_simulated_experiment_runs_for_real_and_ends_with_the_verdict_of_its_s
     assert [p["status"]["phase"] for p in load] == ["Succeeded"]
     (cs,) = load[0]["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_lossy_treatment_at_the_default_limits_is_never_promoted(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 35 item 2: the treatment's greedy text differs from the control's 5% of the time and its
+    decode is faster; at the default minOutputMatch (0.99) and maxErrorRate the 80-request stage cannot
+    show them, so the verdict is Reject (a mismatch seen) or Inconclusive (GuardrailUndecided), never
+    Promote on the speed-up alone."""
+    name = "lossy"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["simulator"]["outputMismatchRate"] = 0.05
+    doc["spec"]["analysis"]["guardrails"] = {"maxTtftRegression": 10.0}
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    assert status["verdict"] != "Promote", detail
+    (stage,) = status["stages"]
+    match = next(g for g in stage["guardrails"] if g["name"] == "outputMatch")
+    if status["verdict"] == "Reject":
+        assert (status["reason"], match["outcome"]) == ("OutputMismatch", "Breached"), detail
+    else:
+        assert (status["verdict"], status["reason"]) == ("Inconclusive", "GuardrailUndecided"), detail
+        assert match["outcome"] == "Undecided" and "not yet shown" in match["note"], detail
 
 
 def test_two_load_pods_send_one_schedule_and_reach_the_verdict_of_one_load_pod_on_the_same_seed(

@@ -20,6 +20,7 @@ from k8s_cluster import Cluster
 from node_agent import NodeAgent
 from operator_process import OperatorProcess
 from prometheus_server import Prometheus
+from tests.factories import SHORT_STAGE_GUARDRAILS
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +50,7 @@ def experiment(name: str, stages: list[dict[str, Any]], **analysis: Any) -> dict
             "analysis": {
                 "minSpeedup": 1.05,
                 "requireStages": "any",
-                "guardrails": {"maxTtftRegression": 10.0},
+                "guardrails": {"maxTtftRegression": 10.0, **SHORT_STAGE_GUARDRAILS},
                 **analysis,
             },
             "deadlines": {"deploy": "2m", "run": "5m"},

@@ -81,13 +81,14 @@ def test_a_large_speed_up_at_concurrency_64_is_not_decided_within_its_first_wave
     recs, _ = synthetic.run(s, speedup=2.0, n=300, noise=0.05)
     control = [r for r in recs if r.arm == "control" and not r.warmup]
     treatment = [r for r in recs if r.arm == "treatment" and not r.warmup]
-    assert verdict.stage_decided(
-        s.analysis, control[:60], treatment[:60], max_pairs=300
-    )  # as an open loop would
-    assert not verdict.stage_decided(s.analysis, control[:60], treatment[:60], max_pairs=300, concurrency=64)
-    assert not verdict.stage_decided(
+    # the speed-up's own look (the guardrails' part of stopping: test_verdict)
+    assert verdict.stage_look(s.analysis, control[:60], treatment[:60], max_pairs=300).decided  # open loop
+    assert not verdict.stage_look(
+        s.analysis, control[:60], treatment[:60], max_pairs=300, concurrency=64
+    ).decided
+    assert not verdict.stage_look(
         s.analysis, control[:255], treatment[:255], max_pairs=300, concurrency=64
-    )
+    ).decided
     look = verdict.stage_look(s.analysis, control, treatment, max_pairs=300, concurrency=64)
     assert look.decided and look.n >= 256
 

@@ -85,7 +85,7 @@ def test_no_break_even_without_a_scaling_speedup_and_an_acceptance(
 
 def test_a_failing_stage_states_its_break_even_and_a_passing_one_does_not() -> None:
     spec = make_spec()
-    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120, acceptance=0.6)
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=300, acceptance=0.6)
     result = verdict.analyse(spec, records, windows)
     failing, passing = stage(result, "c16"), stage(result, "low")
     assert failing.verdict is StageVerdict.FAIL and passing.verdict is StageVerdict.PASS

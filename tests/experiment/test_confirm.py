@@ -39,7 +39,7 @@ def make_spec() -> ExperimentSpec:
 
 
 def first_round(spec: ExperimentSpec, **speedup: float) -> verdict.Analysis:
-    records, windows = synthetic.run(spec, speedup=speedup, n=120)
+    records, windows = synthetic.run(spec, speedup=speedup, n=300)
     return verdict.analyse(spec, records, windows)
 
 
@@ -53,8 +53,9 @@ def confirmation(
     assert schedule == SCHEDULE
     planned = confirm.plan(spec, first.stages, schedule)
     second = confirm.treatment_spec(spec, schedule)
-    # 240 requests: at c16 that is 15 waves, the independent units of its interval (120 gave 7)
-    records, windows = synthetic.run(second, speedup=speedup, n=240, noise=noise, seed=seed)
+    # 300 requests: at c16 that is 18 waves, the independent units of its interval, and enough
+    # clean pairs to show errorRate and outputMatch hold (299)
+    records, windows = synthetic.run(second, speedup=speedup, n=300, noise=noise, seed=seed)
     return confirm.fold(first.recommendation, confirm.judge(second, planned, records, windows))
 
 
@@ -79,8 +80,8 @@ def test_the_schedule_is_confirmed_when_speculation_still_pays_below_and_costs_n
     c16 = by_name["c16"]
     assert c16.k == 0 and c16.threshold == confirm.NON_INFERIORITY
     assert c16.verdict is StageVerdict.PASS
-    assert c16.speedup is not None and c16.speedup.ci_low is not None
-    assert confirm.NON_INFERIORITY <= c16.speedup.ci_low < 1.0 < spec_min_speedup()
+    assert c16.speedup is not None and c16.speedup.ci_low is not None and c16.speedup.ci_high is not None
+    assert c16.speedup.ci_low >= confirm.NON_INFERIORITY and c16.speedup.ci_high < spec_min_speedup()
     assert rec.num_speculative_tokens_per_batch_size == SCHEDULE  # the prediction itself is kept
 
 

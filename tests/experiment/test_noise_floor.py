@@ -186,7 +186,7 @@ def test_without_a_baseline_the_a_a_mismatch_rate_rejects_as_before() -> None:
 
 def test_with_a_baseline_the_a_a_mismatch_rate_does_not_fail() -> None:
     spec = make_spec(guardrails={"baselineMismatchRate": 0.35})
-    records, windows = synthetic.run(spec, speedup=1.4, mismatch_rate=0.25, seed=5)
+    records, windows = synthetic.run(spec, speedup=1.4, mismatch_rate=0.25, seed=5, n=300)
     result = verdict.analyse(spec, records, windows)
     g = output_match(result)
     assert g.limit == pytest.approx(0.64) and g.tolerance == 0.35

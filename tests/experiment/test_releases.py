@@ -130,7 +130,7 @@ def test_a_method_the_release_lacks_is_refused() -> None:
 def test_the_recommendation_offers_what_the_release_has() -> None:
     for version, has_schedule in (("0.20.0", False), ("0.24.0", True)):
         s = parsed(vllmVersion=version)
-        records, windows = synthetic.run(s, speedup={"low": 1.4, "c16": 0.85}, n=120)
+        records, windows = synthetic.run(s, speedup={"low": 1.4, "c16": 0.85}, n=300)
         rec = verdict.analyse(s, records, windows).recommendation
         assert rec is not None and rec.beneficial_up_to == "low"
         assert (rec.num_speculative_tokens_per_batch_size is not None) is has_schedule, version

@@ -228,10 +228,10 @@ def test_a_probe_is_judged_on_its_own_stage_s_measured_records() -> None:
     from tests.report import synthetic
 
     doc = experiment_document()
-    doc["spec"]["workload"] = {"stages": [{"name": "search1-c4", "concurrency": 4}], "requestsPerStage": 60}
+    doc["spec"]["workload"] = {"stages": [{"name": "search1-c4", "concurrency": 4}], "requestsPerStage": 300}
     s, _ = validation.parse_experiment(doc)
-    records, windows = synthetic.run(s, speedup=1.4, n=60)
-    probe = spec.Stage(name="".join(["search1", "-c4"]), concurrency=4, requests=60)
+    records, windows = synthetic.run(s, speedup=1.4, n=300)
+    probe = spec.Stage(name="".join(["search1", "-c4"]), concurrency=4, requests=300)
     judged = search.judge_probe(s, probe, records, windows, validity=None, index=1)
-    assert judged.speedup is not None and judged.speedup.n == 60
+    assert judged.speedup is not None and judged.speedup.n == 300
     assert judged.verdict is status.StageVerdict.PASS

@@ -15,6 +15,7 @@ from scipy import stats
 from specdecode.experiment import (
     acceptance,
     comparison,
+    guardrails,
     pairing,
     recommendation,
     sequential,
@@ -50,7 +51,9 @@ def stage(result: verdict.Analysis, name: str) -> Any:
 
 def test_clear_speedup_everywhere_is_promoted() -> None:
     spec = make_spec()
-    records, windows = synthetic.run(spec, speedup=1.4, n=120)
+    # 300 pairs a stage (the default requestsPerStage): errorRate <= 1% and outputMatch >= 0.99 are
+    # shown after 299 clean pairs (`guardrails.pairs_to_show`); fewer leave them Undecided.
+    records, windows = synthetic.run(spec, speedup=1.4, n=300)
     result = verdict.analyse(spec, records, windows)
     assert result.verdict is Verdict.PROMOTE
     assert result.reason == "SpeedupConfirmed"
@@ -64,7 +67,7 @@ def test_clear_speedup_everywhere_is_promoted() -> None:
 
 def test_slower_at_high_load_rejects_with_all_and_recommends_a_schedule() -> None:
     spec = make_spec()
-    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=300)
     result = verdict.analyse(spec, records, windows)
     assert result.verdict is Verdict.REJECT
     assert result.reason == "SlowerThanRequired"
@@ -79,13 +82,13 @@ def test_slower_at_high_load_rejects_with_all_and_recommends_a_schedule() -> Non
 
 def test_any_promotes_when_one_stage_passes() -> None:
     spec = make_spec(requireStages="any")
-    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=300)
     assert verdict.analyse(spec, records, windows).verdict is Verdict.PROMOTE
 
 
 def test_named_stages_only_count() -> None:
     spec = make_spec(requireStages=["low"])
-    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 1.1}, n=120)
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 1.1}, n=300)
     assert verdict.analyse(spec, records, windows).verdict is Verdict.PROMOTE
 
 
@@ -110,7 +113,7 @@ def test_output_match_is_not_judged_with_sampling() -> None:
     doc = experiment_document()
     doc["spec"]["workload"]["sampling"] = {"temperature": 0.7}
     spec, _ = validation.parse_experiment(doc)
-    records, windows = synthetic.run(spec, speedup=1.5, n=120, mismatch_rate=0.5)
+    records, windows = synthetic.run(spec, speedup=1.5, n=300, mismatch_rate=0.5)
     result = verdict.analyse(spec, records, windows)
     assert result.verdict is Verdict.PROMOTE
     assert stage(result, "low").output_match is None
@@ -148,7 +151,7 @@ def test_a_ttft_regression_large_in_both_relative_and_absolute_terms_fails() -> 
 def test_a_large_decode_win_with_a_small_absolute_ttft_rise_is_not_vetoed() -> None:
     # The H200 pattern: the draft's prefill adds ~+40% to a ~40 ms TTFT (+16 ms) while decode is
     # 1.5x faster. Relative alone, that is a regression; in milliseconds nobody notices it.
-    records, windows = synthetic.run(make_spec(), speedup=1.5, n=150, ttft_ratio=1.4)
+    records, windows = synthetic.run(make_spec(), speedup=1.5, n=300, ttft_ratio=1.4)
     result = verdict.analyse(make_spec(), records, windows)
     ttft = guardrail(result, "low", "ttftRegression")
     assert ttft.estimate > 0.10 and 0.0 < ttft.difference < 50.0
@@ -175,7 +178,9 @@ def test_a_ttft_regression_that_breaks_an_slo_the_control_meets_fails() -> None:
 
 def test_an_slo_the_control_misses_too_is_left_to_goodput() -> None:
     spec = make_spec(slo={"ttft": {"p90": 30}})  # both arms' p90 is ~50 ms
-    records, windows = synthetic.run(spec, speedup=1.5, n=150)
+    # Many pairs are discordant on the SLO (one arm meets it, the other not): showing goodput did
+    # not drop by 2 points takes ~1000 pairs here (at 300 it is Undecided: the next test).
+    records, windows = synthetic.run(spec, speedup=1.5, n=1000)
     result = verdict.analyse(spec, records, windows)
     slo = guardrail(result, "low", "sloTtftP90")
     assert slo.outcome == "NotEvaluated" and slo.estimate > 30 and "control misses it too" in slo.note
@@ -235,9 +240,14 @@ def test_a_goodput_drop_beyond_its_interval_fails_and_one_within_the_noise_does_
     g = guardrail(result, "low", "goodput")
     assert g.ci_high < -0.02 and g.outcome == "SurelyBreached"
     assert result.verdict is Verdict.REJECT and result.reason == "GuardrailFailed"
+    # No change: the interval covers 0 and nothing fails, but a drop beyond 2 points is not ruled
+    # out either (its one-sided lower bound is below -0.02): Undecided, which blocks a Pass.
     same, windows = synthetic.run(spec, speedup=1.0, n=300, tokens=4, seed=3)
-    g = guardrail(verdict.analyse(spec, same, windows), "low", "goodput")
-    assert g.ci_low < 0.0 < g.ci_high and g.outcome == "Holds"
+    result = verdict.analyse(spec, same, windows)
+    g = guardrail(result, "low", "goodput")
+    assert g.ci_low < -0.02 and g.ci_high > 0.0 and g.outcome == "Undecided"
+    assert g.note is not None and "lower bound" in g.note
+    assert stage(result, "low").code is ReasonCode.SLOWER_THAN_REQUIRED  # 1.0x: the speed-up fails it
 
 
 def test_the_paired_goodput_interval_covers_no_change_and_is_narrower_than_unpaired() -> None:
@@ -479,17 +489,53 @@ def _records(stage: str, arm: str, values: list[float]) -> list[RequestRecord]:
     ]
 
 
-def test_stage_decided_stops_on_a_clear_effect_and_not_before_min_pairs() -> None:
-    spec = make_spec()
+def _clear_win(n: int, *, texts: bool = False) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """A 1.6x TPOT win (every pair clearly faster), optionally with identical greedy texts."""
     rng = np.random.default_rng(5)
-    base = np.exp(rng.normal(2.3, 0.3, 200))
-    control = _records("low", "control", list(base * np.exp(rng.normal(0, 0.1, 200))))
-    treatment = _records("low", "treatment", list(base / 1.6 * np.exp(rng.normal(0, 0.1, 200))))
+    base = np.exp(rng.normal(2.3, 0.3, n))
+    control = _records("low", "control", list(base * np.exp(rng.normal(0, 0.1, n))))
+    treatment = _records("low", "treatment", list(base / 1.6 * np.exp(rng.normal(0, 0.1, n))))
+    if texts:
+        for c, t in zip(control, treatment, strict=True):
+            c.text = t.text = f"answer {c.index}"
+    return control, treatment
+
+
+def test_stage_decided_stops_on_a_clear_effect_and_not_before_min_pairs() -> None:
+    spec = make_spec(guardrails={"maxErrorRate": 0.1})  # shown after 29 clean requests
+    control, treatment = _clear_win(200)
     few = sequential.MIN_PAIRS - 1
     assert not verdict.stage_decided(spec.analysis, control[:few], treatment[:few], max_pairs=300)
     assert verdict.stage_decided(spec.analysis, control[:60], treatment[:60], max_pairs=300)
     look = verdict.stage_look(spec.analysis, control[:60], treatment[:60], max_pairs=300)
     assert look.why == "above"
+
+
+def test_a_clear_speed_up_runs_on_until_error_rate_and_output_match_are_shown_to_hold() -> None:
+    """At the default limits (maxErrorRate 0.01, minOutputMatch 0.99) 299 clean pairs show both."""
+    spec = make_spec()
+    control, treatment = _clear_win(300, texts=True)
+    assert verdict.stage_look(spec.analysis, control[:60], treatment[:60], max_pairs=300).why == "above"
+    assert guardrails.pairs_to_show(0.01, 0.95) == 299
+    for n in (60, 200, 298):
+        assert not verdict.stage_decided(spec.analysis, control[:n], treatment[:n], max_pairs=300), n
+    assert verdict.stage_decided(spec.analysis, control[:299], treatment[:299], max_pairs=300)
+    # with sampling, output match is not evaluated: only the error rate holds it
+    lax = make_spec(guardrails={"maxErrorRate": 0.1})
+    assert not verdict.stage_decided(lax.analysis, control[:60], treatment[:60], max_pairs=300)
+    assert verdict.stage_decided(lax.analysis, control[:60], treatment[:60], max_pairs=300, greedy=False)
+
+
+def test_a_mismatch_or_a_sure_error_rate_breach_stops_the_stage_whatever_the_speed_up() -> None:
+    spec = make_spec()
+    control, treatment = _clear_win(40, texts=True)
+    treatment[7].text = "a different answer"
+    assert verdict.stage_decided(spec.analysis, control[:10], treatment[:10], max_pairs=300)
+    assert not verdict.stage_decided(spec.analysis, control[:7], treatment[:7], max_pairs=300)
+    control, treatment = _clear_win(40)
+    for r in treatment[:4]:
+        r.ok = False
+    assert verdict.stage_decided(spec.analysis, control[:10], treatment[:10], max_pairs=300)
 
 
 def test_stage_decided_uses_only_the_complete_prefix() -> None:
@@ -729,6 +775,7 @@ def _facts(**change: Any) -> verdict.StageFacts:
         control_fails=False,
         surely_breached=False,
         breached=False,
+        undecided=[],
         speedup=passing,
     )
     return dataclasses.replace(facts, **change)
@@ -791,7 +838,23 @@ def _label(label: comparison.Label) -> comparison.MetricVerdict:
             {"speedup": _label(comparison.Label.FAIL), "breached": True},
             (StageVerdict.FAIL, ReasonCode.SLOWER_THAN_REQUIRED, "speed-up Fail"),
         ),
-        ({"breached": True}, (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "1.30x")),
+        (
+            {"breached": True, "undecided": ["outputMatch"]},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "1.30x"),
+        ),
+        (
+            {"undecided": ["errorRate", "outputMatch"], "speedup": _label(comparison.Label.INCONCLUSIVE)},
+            (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "speed-up Inconclusive"),
+        ),
+        (
+            {"undecided": ["errorRate", "outputMatch"]},
+            (
+                StageVerdict.INCONCLUSIVE,
+                ReasonCode.GUARDRAIL_UNDECIDED,
+                "1.30x, but errorRate and outputMatch not shown to hold within the stage's requests:"
+                " raise its requests (requestsPerStage) or its guardrail's limit",
+            ),
+        ),
         (
             {"speedup": _label(comparison.Label.INCONCLUSIVE)},
             (StageVerdict.INCONCLUSIVE, ReasonCode.INSUFFICIENT_EVIDENCE, "speed-up Inconclusive"),
@@ -806,7 +869,7 @@ def test_the_stage_rule_takes_the_first_row_that_holds(
 
 def test_each_stage_carries_the_code_the_overall_reason_is_combined_from() -> None:
     spec = make_spec()
-    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=120)
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 0.85}, n=300)
     result = verdict.analyse(spec, records, windows)
     assert {s.name: s.code for s in result.stages} == {
         "low": ReasonCode.SPEEDUP_CONFIRMED,

@@ -10,12 +10,13 @@ from typing import Any
 import yaml
 
 from specdecode import cli
-from tests.factories import experiment_document
+from tests.factories import SHORT_STAGE_GUARDRAILS, experiment_document
 
-#: What the local feature tests judge by default: minSpeedup 1.05, no TTFT guardrail, any stage may pass.
+#: What the local feature tests judge by default: minSpeedup 1.05, no TTFT guardrail, error and
+#: output-match limits that stages of 60 requests can show, any stage may pass.
 ANALYSIS: dict[str, Any] = {
     "minSpeedup": 1.05,
-    "guardrails": {"maxTtftRegression": None},
+    "guardrails": {"maxTtftRegression": None, **SHORT_STAGE_GUARDRAILS},
     "requireStages": "any",
 }
 

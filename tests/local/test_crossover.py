@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from specdecode import cli
-from tests.factories import experiment_document
+from tests.factories import SHORT_STAGE_GUARDRAILS, experiment_document
 from tests.local import test_run_local as run_local
 from tests.local.conftest import FakeEngines
 
@@ -28,7 +28,7 @@ def write_experiment(tmp_path: Path, crossover: str | None) -> Path:
     analysis: dict[str, Any] = {
         "minSpeedup": 1.02,
         "sequential": False,
-        "guardrails": {"maxTtftRegression": None},
+        "guardrails": {"maxTtftRegression": None, **SHORT_STAGE_GUARDRAILS},
     }
     if crossover is not None:
         analysis["crossover"] = crossover

@@ -26,7 +26,7 @@ import yaml
 from specdecode import cli
 from specdecode.experiment import promql, releases, spec
 from specdecode.local import engines
-from tests.factories import experiment_document
+from tests.factories import SHORT_STAGE_GUARDRAILS, experiment_document
 from tests.local.conftest import FakeEngines, alive_after, running, wait_for_measured
 
 
@@ -53,7 +53,11 @@ def write_experiment(
             "requestsPerStage": requests,
             "warmupRequests": 2,
         },
-        analysis={"minSpeedup": 1.05, "sequential": False, "guardrails": {"maxTtftRegression": None}},
+        analysis={
+            "minSpeedup": 1.05,
+            "sequential": False,
+            "guardrails": {"maxTtftRegression": None, **SHORT_STAGE_GUARDRAILS},
+        },
         deadlines={"deploy": deploy, "run": "5m"},
     )
     path = tmp_path / "experiment.yaml"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from specdecode import cli
-from tests.factories import experiment_document
+from tests.factories import SHORT_STAGE_GUARDRAILS, experiment_document
 from tests.local.conftest import running, wait_for_measured
 
 
@@ -42,8 +42,13 @@ def write_experiment(
             "requestsPerStage": requests,
             "warmupRequests": 2,
         },
-        # TTFT is not what these tests are about (the simulator's TTFT is fitted separately).
-        analysis={"minSpeedup": 1.05, "guardrails": {"maxTtftRegression": None}, **analysis},
+        # TTFT is not what these tests are about (the simulator's TTFT is fitted separately), nor
+        # (but where a test sets `guardrails`) the error and output-match limits: 60 pairs show these.
+        analysis={
+            "minSpeedup": 1.05,
+            "guardrails": {"maxTtftRegression": None, **SHORT_STAGE_GUARDRAILS},
+            **analysis,
+        },
         deadlines={"deploy": "1m", "run": "5m"},
     )
     path = tmp_path / "experiment.yaml"
@@ -66,7 +71,13 @@ def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path, simulator={"profile": "h200-8b-draft-tiny"}, requests=120)
+    """At the default errorRate and outputMatch limits, shown by the default 300 requests (299 needed)."""
+    path = write_experiment(
+        tmp_path,
+        simulator={"profile": "h200-8b-draft-tiny"},
+        requests=300,
+        guardrails={"maxTtftRegression": None},
+    )
     out = tmp_path / "out"
     assert run(path, out, "--fail-on-reject") == 0
     status = result(out)
@@ -83,6 +94,9 @@ def test_a_cheap_draft_at_low_load_is_promoted(tmp_path: Path) -> None:
     stage = status["stages"][0]
     assert stage["speedup"]["ciLow"] >= 1.05
     assert stage["outputMatch"] == 1.0
+    assert stage["control"]["requests"] >= 299  # the guardrails hold it until they are shown
+    guards = {g["name"]: g["outcome"] for g in stage["guardrails"]}
+    assert (guards["errorRate"], guards["outputMatch"]) == ("Holds", "Holds")
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
     lines = (out / "requests.jsonl").read_text().splitlines()
     arms = {json.loads(line)["arm"] for line in lines}

@@ -17,6 +17,16 @@ confidence bound is beyond it: the stage Fails):
 |                  | limit minOutputMatch - baselineMismatchRate | when set: only SurelyBreached   |
 |                  |                                            | fails, Breached blocks a Pass   |
 | acceptanceRate   | accepted / drafted tokens                  | Clopper-Pearson on token counts |
+The proportion guardrails (errorRate, outputMatch, goodput: `decided_guardrails`) must also be shown
+to hold: a lossy or failing treatment is a rare event that a short stage may not show at all (a 5%
+mismatch shows none in 20 pairs a third of the time). Their outcome is Holds only when the
+one-sided bound at the analysis confidence is within the limit (errorRate's upper, outputMatch's
+lower, goodput's lower against -maxGoodputDrop); an estimate within the limit whose bound is not is
+Undecided, which blocks a Pass and keeps the load generator running the stage (`verdict.stage_decided`)
+until it is decided or the stage's budget ends. With no failure at all, errorRate <= 1% is shown
+after 298 requests at 95% and outputMatch >= 0.99 after 298 identical pairs (`pairs_to_show`):
+the default `requestsPerStage` 300 is enough. A limit at the boundary (`maxErrorRate` 0,
+`minOutputMatch` 1) cannot be shown by a bound: there, no failure observed holds.
 Goodput per arm (status `goodput`): requests that succeeded with every SLO metric within its
 largest limit / requests sent, Wilson interval, and per second of the arm's own active time.
 Output mismatch under greedy sampling is critical: Breached already fails the stage, and anywhere it
@@ -48,6 +58,7 @@ from specdecode.experiment.comparison import (
 from specdecode.experiment.pairing import LATENCY_FIELDS, Pairs, meets_slo, paired_values
 from specdecode.experiment.records import Request
 from specdecode.experiment.spec import (
+    AnalysisSpec,
     ExperimentSpec,
     PrimaryMetric,
 )
@@ -68,18 +79,54 @@ class Outcome(StrEnum):
     """The estimate is beyond the limit: blocks a Pass."""
     SURELY_BREACHED = "SurelyBreached"
     """The favourable bound is beyond the limit: fails the stage."""
+    UNDECIDED = "Undecided"
+    """A proportion guardrail whose estimate is within the limit but not yet its one-sided bound:
+    blocks a Pass; the load generator runs the stage on."""
     NOT_EVALUATED = "NotEvaluated"
     """No data, or not applicable (e.g. output match with sampling)."""
 
 
-def _outcome(estimate: float, favourable: float, limit: float, *, upper_is_bad: bool) -> Outcome:
+DECIDED = frozenset({"errorRate", "outputMatch", "goodput"})
+"""The guardrails that must be shown to hold (Undecided otherwise), not only estimated within."""
+
+
+def _outcome(
+    estimate: float,
+    favourable: float,
+    limit: float,
+    *,
+    upper_is_bad: bool,
+    unfavourable: float | None = None,
+) -> Outcome:
+    """Holds / Breached / SurelyBreached from the estimate and the favourable bound; with the
+    `unfavourable` (one-sided) bound, a Holds whose bound is beyond the limit is Undecided."""
     if upper_is_bad:
         if favourable > limit:
             return Outcome.SURELY_BREACHED
-        return Outcome.BREACHED if estimate > limit else Outcome.HOLDS
+        if estimate > limit:
+            return Outcome.BREACHED
+        return Outcome.UNDECIDED if unfavourable is not None and unfavourable > limit else Outcome.HOLDS
     if favourable < limit:
         return Outcome.SURELY_BREACHED
-    return Outcome.BREACHED if estimate < limit else Outcome.HOLDS
+    if estimate < limit:
+        return Outcome.BREACHED
+    return Outcome.UNDECIDED if unfavourable is not None and unfavourable < limit else Outcome.HOLDS
+
+
+def one_sided(successes: int, trials: int, *, confidence: float, upper: bool) -> float:
+    """The one-sided Clopper-Pearson bound at `confidence` (the two-sided limit at 2·confidence - 1)."""
+    low, high = proportion_interval(successes, trials, confidence=max(0.0, 2 * confidence - 1))
+    return high if upper else low
+
+
+def pairs_to_show(rate: float, confidence: float) -> int | None:
+    """Trials without a single event after which the one-sided bound shows the event rate <= `rate`
+    (298 for 1% at 95%); None when no number can (`rate` 0: observed only)."""
+    if rate <= 0.0:
+        return None
+    if rate >= 1.0:
+        return 1
+    return math.ceil(math.log(1.0 - confidence) / math.log(1.0 - rate))
 
 
 def guardrails(
@@ -99,33 +146,8 @@ def guardrails(
     if g.max_ttft_regression is not None:
         out.append(ttft_regression(spec, both, rng=rng))
     out.extend(slo_guardrails(spec, pairs, confidence=conf))
-    if g.max_goodput_drop is not None and spec.analysis.slo.limits():
-        out.append(goodput_guardrail(spec, pairs))
 
-    treated = list(pairs.treatment.values())
-    item = GuardrailResult(name="errorRate", limit=g.max_error_rate, outcome=Outcome.NOT_EVALUATED)
-    if treated:
-        errors = sum(not r.ok for r in treated)
-        low, high = proportion_interval(errors, len(treated), confidence=conf)
-        item.estimate, item.ci_low, item.ci_high = errors / len(treated), low, high
-        item.outcome = _outcome(item.estimate, low, g.max_error_rate, upper_is_bad=True)
-    out.append(item)
-
-    baseline = g.baseline_mismatch_rate
-    limit = g.min_output_match if baseline is None else max(0.0, g.min_output_match - baseline)
-    item = GuardrailResult(name="outputMatch", limit=limit, tolerance=baseline, outcome=Outcome.NOT_EVALUATED)
-    if spec.workload.sampling.temperature == 0.0:
-        same, compared = output_agreement(both)
-        if compared:
-            low, high = proportion_interval(same, compared, confidence=conf)
-            item.estimate, item.ci_low, item.ci_high = same / compared, low, high
-            item.outcome = _outcome(item.estimate, high, limit, upper_is_bad=False)
-            if baseline is not None and item.outcome == Outcome.BREACHED:
-                item.note = (
-                    f"below minOutputMatch - baselineMismatchRate = {limit:.3g}, but within the noise"
-                    " of what identical servers already disagree on: blocks a Pass, not critical"
-                )
-    out.append(item)
+    out.extend(decided_guardrails(spec.analysis, pairs, greedy=spec.workload.sampling.temperature == 0.0))
 
     if g.min_acceptance_rate is not None:
         item = GuardrailResult(
@@ -142,6 +164,77 @@ def guardrails(
             item.outcome = _outcome(acc.rate, favourable, g.min_acceptance_rate, upper_is_bad=False)
         out.append(item)
     return out
+
+
+def decided_guardrails(analysis: AnalysisSpec, pairs: Pairs, *, greedy: bool) -> list[GuardrailResult]:
+    """The guardrails that must be shown to hold (`DECIDED`): goodput (with SLOs and
+    `maxGoodputDrop`), errorRate, and outputMatch (`greedy`: temperature 0). What the stage rule
+    and the load generator's stop rule both read."""
+    g = analysis.guardrails
+    out: list[GuardrailResult] = []
+    if g.max_goodput_drop is not None and analysis.slo.limits():
+        out.append(goodput_guardrail(analysis, pairs))
+    out.append(error_rate(analysis, list(pairs.treatment.values())))
+    out.append(output_equivalence(analysis, pairs.both_ok(), greedy=greedy))
+    return out
+
+
+def error_rate(analysis: AnalysisSpec, treated: Sequence[Request]) -> GuardrailResult:
+    """The treatment's failed fraction against `maxErrorRate`; Holds once its one-sided upper bound is within."""
+    limit, conf = analysis.guardrails.max_error_rate, analysis.confidence
+    item = GuardrailResult(name="errorRate", limit=limit, outcome=Outcome.NOT_EVALUATED)
+    if not treated:
+        return item
+    errors = sum(not r.ok for r in treated)
+    low, high = proportion_interval(errors, len(treated), confidence=conf)
+    item.estimate, item.ci_low, item.ci_high = errors / len(treated), low, high
+    bound = one_sided(errors, len(treated), confidence=conf, upper=True) if limit > 0 else None
+    item.outcome = _outcome(item.estimate, low, limit, upper_is_bad=True, unfavourable=bound)
+    if item.outcome == Outcome.UNDECIDED and bound is not None:
+        item.note = _undecided_note("upper", bound, limit, pairs_to_show(limit, conf), "failure", conf)
+    return item
+
+
+def output_equivalence(
+    analysis: AnalysisSpec, both: Sequence[tuple[Request, Request]], *, greedy: bool
+) -> GuardrailResult:
+    """Identical greedy outputs against `minOutputMatch` (less `baselineMismatchRate`); Holds once
+    the one-sided lower bound is within. Not evaluated with sampling (`greedy` False)."""
+    g, conf = analysis.guardrails, analysis.confidence
+    baseline = g.baseline_mismatch_rate
+    limit = g.min_output_match if baseline is None else max(0.0, g.min_output_match - baseline)
+    item = GuardrailResult(name="outputMatch", limit=limit, tolerance=baseline, outcome=Outcome.NOT_EVALUATED)
+    same, compared = output_agreement(both) if greedy else (0, 0)
+    if not compared:
+        return item
+    low, high = proportion_interval(same, compared, confidence=conf)
+    item.estimate, item.ci_low, item.ci_high = same / compared, low, high
+    bound = one_sided(same, compared, confidence=conf, upper=False) if limit < 1.0 else None
+    item.outcome = _outcome(item.estimate, high, limit, upper_is_bad=False, unfavourable=bound)
+    if baseline is not None and item.outcome == Outcome.BREACHED:
+        item.note = (
+            f"below minOutputMatch - baselineMismatchRate = {limit:.3g}, but within the noise"
+            " of what identical servers already disagree on: blocks a Pass, not critical"
+        )
+    elif item.outcome == Outcome.UNDECIDED and bound is not None:
+        item.note = _undecided_note("lower", bound, limit, pairs_to_show(1.0 - limit, conf), "mismatch", conf)
+    return item
+
+
+def _undecided_note(
+    side: str, bound: float, limit: float, needed: int | None, event: str, conf: float
+) -> str:
+    return f"not yet shown: the one-sided {conf:.0%} {side} bound {bound:.3g} is beyond {limit:g}" + (
+        f"; showing it takes at least {needed} requests without a {event}" if needed is not None else ""
+    )
+
+
+def is_failing(g: GuardrailResult) -> bool:
+    """The guardrail fails the stage whatever more pairs show: SurelyBreached, or an output
+    mismatch that is critical (`is_critical`)."""
+    if g.outcome == Outcome.SURELY_BREACHED:
+        return True
+    return g.name == "outputMatch" and g.tolerance is None and g.outcome == Outcome.BREACHED
 
 
 def ttft_regression(
@@ -222,21 +315,20 @@ def slo_guardrails(spec: ExperimentSpec, pairs: Pairs, *, confidence: float) -> 
     return out
 
 
-def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
+def goodput_guardrail(analysis: AnalysisSpec, pairs: Pairs) -> GuardrailResult:
     """Goodput must not drop: the paired change of the fraction of requests meeting every SLO.
 
     Breached (blocks a Pass): the interval's upper bound is below 0 (goodput surely dropped);
-    SurelyBreached: below -maxGoodputDrop. A drop within the noise changes nothing.
+    SurelyBreached: below -maxGoodputDrop. Holds once the one-sided lower bound shows the drop is
+    at most maxGoodputDrop; before that Undecided.
     """
-    limit = spec.analysis.guardrails.max_goodput_drop or 0.0
+    limit = analysis.guardrails.max_goodput_drop or 0.0
     item = GuardrailResult(name="goodput", limit=limit, outcome=Outcome.NOT_EVALUATED)
-    slo = spec.analysis.slo
+    slo = analysis.slo
     both = sorted(pairs.control.keys() & pairs.treatment.keys())
-    change = paired_proportion_difference(
-        [meets_slo(pairs.control[i], slo) for i in both],
-        [meets_slo(pairs.treatment[i], slo) for i in both],
-        confidence=spec.analysis.confidence,
-    )
+    control = [meets_slo(pairs.control[i], slo) for i in both]
+    treatment = [meets_slo(pairs.treatment[i], slo) for i in both]
+    change = paired_proportion_difference(control, treatment, confidence=analysis.confidence)
     if change is None:
         return item
     item.estimate, item.ci_low, item.ci_high = change
@@ -245,7 +337,16 @@ def goodput_guardrail(spec: ExperimentSpec, pairs: Pairs) -> GuardrailResult:
     elif item.ci_high < 0.0:
         item.outcome = Outcome.BREACHED
     else:
-        item.outcome = Outcome.HOLDS
+        one = paired_proportion_difference(
+            control, treatment, confidence=max(0.0, 2 * analysis.confidence - 1)
+        )
+        bound = one[1] if one is not None else -math.inf
+        item.outcome = Outcome.HOLDS if bound >= -limit else Outcome.UNDECIDED
+        if item.outcome == Outcome.UNDECIDED:
+            item.note = (
+                f"not yet shown: the one-sided {analysis.confidence:.0%} lower bound {bound:.3g}"
+                f" allows a drop beyond {limit:g}"
+            )
     return item
 
 
@@ -337,8 +438,4 @@ def is_critical(stage: StageResult) -> bool:
     """An output mismatch that rejects: any breach, or only a sure one with `baselineMismatchRate`
     (which the guardrail records as its `tolerance`)."""
     om = output_match(stage)
-    if om is None:
-        return False
-    if om.tolerance is not None:
-        return om.outcome == Outcome.SURELY_BREACHED
-    return om.outcome in {Outcome.BREACHED, Outcome.SURELY_BREACHED}
+    return om is not None and is_failing(om)

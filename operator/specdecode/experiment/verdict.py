@@ -12,7 +12,8 @@ stages (`combine`, `analyse`), and answers the load generator's sequential looks
 
 Stage rule: invalid measurement or too few pairs -> Inconclusive; a guardrail SurelyBreached (or
 output match Breached) -> Fail; speed-up upper bound < minSpeedup -> Fail; lower bound >= minSpeedup
-and no guardrail Breached -> Pass; otherwise Inconclusive.
+and no guardrail Breached or Undecided (errorRate, outputMatch, goodput not yet shown to hold:
+`guardrails.DECIDED`) -> Pass; otherwise Inconclusive.
 Overall (`requireStages`): an output mismatch anywhere -> Reject. `all` / a list: any required stage
 Fail -> Reject; all Pass -> Promote; else Inconclusive. `any`: one Pass -> Promote; all Fail -> Reject;
 else Inconclusive. Inconclusive is never promoted. No measured request at all, or a run marked
@@ -43,8 +44,10 @@ from specdecode.experiment.comparison import (
 from specdecode.experiment.guardrails import (
     Outcome,
     categories,
+    decided_guardrails,
     guardrails,
     is_critical,
+    is_failing,
     output_limit,
     output_match,
     turns,
@@ -163,6 +166,7 @@ def analyse_stage(
     findings = [g for g in result.guardrails if g.outcome == Outcome.SURELY_BREACHED] + [
         g for g in result.guardrails if g.outcome == Outcome.BREACHED
     ]
+    undecided = [g for g in result.guardrails if g.outcome == Outcome.UNDECIDED]
     verdict, code, first = stage_rule(
         StageFacts(
             critical=is_critical(result),
@@ -171,11 +175,14 @@ def analyse_stage(
             control_fails=control_err_low > a.guardrails.max_error_rate,
             surely_breached=any(g.outcome == Outcome.SURELY_BREACHED for g in findings),
             breached=any(g.outcome == Outcome.BREACHED for g in findings),
+            undecided=[g.name for g in undecided],
             speedup=mv,
         )
     )
     reasons = [first] if first is not None else []
     reasons += [_guardrail_line(g) for g in findings]
+    if code is ReasonCode.GUARDRAIL_UNDECIDED:
+        reasons += [_guardrail_line(g) + (f" ({g.note})" if g.note else "") for g in undecided]
     if verdict is StageVerdict.FAIL and first is None and mv.ci is not None:
         # failed on a guardrail: the primary metric's own line says whether the speed-up held
         reasons.append(mv.reason)
@@ -207,6 +214,8 @@ class StageFacts:
     """The control's error rate, even at its lower bound, is beyond `maxErrorRate`."""
     surely_breached: bool
     breached: bool
+    undecided: list[str]
+    """Guardrails not yet shown to hold (`Outcome.UNDECIDED`): they block a Pass."""
     speedup: MetricVerdict
 
 
@@ -237,6 +246,13 @@ def stage_rule(f: StageFacts) -> tuple[StageVerdict, ReasonCode, str | None]:
         (f.surely_breached, StageVerdict.FAIL, ReasonCode.GUARDRAIL_FAILED, None),
         (sp.label is Label.NO_DATA, StageVerdict.INCONCLUSIVE, ReasonCode.NO_DATA, "no data: " + sp.reason),
         (sp.label is Label.FAIL, StageVerdict.FAIL, ReasonCode.SLOWER_THAN_REQUIRED, sp.reason),
+        (
+            sp.label is Label.PASS and not f.breached and bool(f.undecided),
+            StageVerdict.INCONCLUSIVE,
+            ReasonCode.GUARDRAIL_UNDECIDED,
+            f"{sp.reason}, but {' and '.join(f.undecided)} not shown to hold within the stage's"
+            " requests: raise its requests (requestsPerStage) or its guardrail's limit",
+        ),
         (
             sp.label is Label.PASS and not f.breached,
             StageVerdict.PASS,
@@ -317,7 +333,7 @@ def _worst_fail(failed: Sequence[StageResult]) -> ReasonCode:
 
 def _why_inconclusive(stages: Sequence[StageResult]) -> ReasonCode:
     codes = {(s.code or ReasonCode.INSUFFICIENT_EVIDENCE) for s in stages}
-    for code in (ReasonCode.INVALID_MEASUREMENT, ReasonCode.NO_DATA):
+    for code in (ReasonCode.INVALID_MEASUREMENT, ReasonCode.NO_DATA, ReasonCode.GUARDRAIL_UNDECIDED):
         if code in codes:
             return code
     return ReasonCode.INSUFFICIENT_EVIDENCE
@@ -472,6 +488,7 @@ def stage_decided(
     max_pairs: int,
     concurrency: int | None = None,
     rate: float | None = None,
+    greedy: bool = True,
 ) -> bool:
     """May the load generator end this stage now? For the load generator's loop; pure and cheap.
 
@@ -484,10 +501,18 @@ def stage_decided(
     interval lies wholly above or below minSpeedup, or the stage reached `max_pairs`; always False
     with `analysis.sequential` off, in an A/A run (`NoiseFloor`: it measures the full stage), or
     before the first planned look (`sequential.first_look`: 20 pairs, in a closed loop at least four
-    waves of its concurrency). Guardrails are judged at the end on whatever ran.
+    waves of its concurrency). A speed-up shown above minSpeedup stops the stage only once the
+    guardrails that must be shown to hold (`guardrails.decided_guardrails`; output match with
+    `greedy`, temperature 0) are decided; one that fails the stage whatever follows stops it at
+    once. The other guardrails are judged at the end on whatever ran.
     """
     if not analysis.sequential or analysis.mode is AnalysisMode.NOISE_FLOOR:
         return False
-    return stage_look(
-        analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency, rate=rate
-    ).decided
+    pairs = Pairs.of([*control, *treatment]).prefix()
+    pending = decided_guardrails(analysis, pairs, greedy=greedy)
+    if any(is_failing(g) for g in pending):
+        return True
+    look = stage_look(analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency, rate=rate)
+    if not look.decided or look.why != "above" or look.n >= max_pairs:
+        return look.decided
+    return all(g.outcome in {Outcome.HOLDS, Outcome.NOT_EVALUATED} for g in pending)

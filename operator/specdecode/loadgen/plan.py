@@ -358,6 +358,7 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
     bounds = {stage.name: s.stage_requests(stage) for stage in s.workload.stages}
     concurrency = {stage.name: stage.concurrency for stage in s.workload.stages}
     rate = {stage.name: stage.rate for stage in s.workload.stages}
+    greedy = s.workload.sampling.temperature == 0.0
 
     control_arm, treatment_arm = spec_mod.Arm.CONTROL, spec_mod.Arm.TREATMENT
 
@@ -371,6 +372,7 @@ def stop_rule(s: spec_mod.ExperimentSpec) -> StopRule | None:
             max_pairs=bounds.get(stage, len(control)),
             concurrency=concurrency.get(stage),
             rate=rate.get(stage),
+            greedy=greedy,
         )
 
     return decided

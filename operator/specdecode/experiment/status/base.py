@@ -89,6 +89,9 @@ class ReasonCode(StrEnum):
     """A guardrail surely failed at a required stage."""
     OUTPUT_MISMATCH = "OutputMismatch"
     """Greedy outputs of the treatment differ from the control's (critical, whatever the speed)."""
+    GUARDRAIL_UNDECIDED = "GuardrailUndecided"
+    """A required stage's speed-up passed, but errorRate, outputMatch or goodput was not shown to
+    hold within its requests (one-sided bound at the analysis confidence)."""
     INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
     """Neither confirmed nor refuted at a required stage."""
     INVALID_MEASUREMENT = "InvalidMeasurement"

@@ -125,7 +125,8 @@ class GuardrailResult(StatusModel):
     """Upper confidence bound."""
     outcome: str = "Holds"
     """Holds, Breached (estimate beyond the limit: blocks a Pass), SurelyBreached (the bound is beyond
-    it: fails the stage) or NotEvaluated."""
+    it: fails the stage), Undecided (errorRate, outputMatch, goodput: the estimate is within the
+    limit, its one-sided bound not yet; blocks a Pass) or NotEvaluated."""
     tolerance: float | None = None
     """ttftRegression: `ttftToleranceMs`; the regression counts only when p90 TTFT also rose by more.
     outputMatch: `baselineMismatchRate`, already taken off `limit`; only SurelyBreached fails then."""
