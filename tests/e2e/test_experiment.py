@@ -275,7 +275,8 @@ def test_a_lossy_treatment_at_the_default_limits_is_never_promoted(
     Promote on the speed-up alone."""
     name = "lossy"
     doc = experiment(name, "h200-8b-draft-tiny")
-    doc["spec"]["engine"]["simulator"]["outputMismatchRate"] = 0.05
+    # a clear speed win (acceptance 0.9): the speed-up alone would stop the stage at its first look
+    doc["spec"]["engine"]["simulator"].update(outputMismatchRate=0.05, acceptanceRate=0.9)
     doc["spec"]["analysis"]["guardrails"] = {"maxTtftRegression": 10.0}
     operator.apply(doc)
     status, _ = run_to_the_end(operator, prometheus, node_agent, name)
@@ -286,8 +287,11 @@ def test_a_lossy_treatment_at_the_default_limits_is_never_promoted(
     match = next(g for g in stage["guardrails"] if g["name"] == "outputMatch")
     if status["verdict"] == "Reject":
         assert (status["reason"], match["outcome"]) == ("OutputMismatch", "Breached"), detail
-    else:
-        assert (status["verdict"], status["reason"]) == ("Inconclusive", "GuardrailUndecided"), detail
+    else:  # no mismatch among the 80 pairs: outputMatch cannot show 0.99 (299 needed)
+        assert status["verdict"] == "Inconclusive", detail
+        # GuardrailUndecided when the speed-up passed; InsufficientEvidence if a loaded machine's
+        # timing left the speed-up itself undecided too
+        assert status["reason"] in {"GuardrailUndecided", "InsufficientEvidence"}, detail
         assert match["outcome"] == "Undecided" and "not yet shown" in match["note"], detail
 
 
