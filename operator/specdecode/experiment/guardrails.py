@@ -24,7 +24,7 @@ one-sided bound at the analysis confidence is within the limit (errorRate's uppe
 lower, goodput's lower against -maxGoodputDrop); an estimate within the limit whose bound is not is
 Undecided, which blocks a Pass and keeps the load generator running the stage (`verdict.stage_decided`)
 until it is decided or the stage's budget ends. With no failure at all, errorRate <= 1% is shown
-after 298 requests at 95% and outputMatch >= 0.99 after 298 identical pairs (`pairs_to_show`):
+after 299 requests at 95% and outputMatch >= 0.99 after 299 identical pairs (`pairs_to_show`):
 the default `requestsPerStage` 300 is enough. A limit at the boundary (`maxErrorRate` 0,
 `minOutputMatch` 1) cannot be shown by a bound: there, no failure observed holds.
 Goodput per arm (status `goodput`): requests that succeeded with every SLO metric within its
@@ -86,10 +86,6 @@ class Outcome(StrEnum):
     """No data, or not applicable (e.g. output match with sampling)."""
 
 
-DECIDED = frozenset({"errorRate", "outputMatch", "goodput"})
-"""The guardrails that must be shown to hold (Undecided otherwise), not only estimated within."""
-
-
 def _outcome(
     estimate: float,
     favourable: float,
@@ -113,15 +109,20 @@ def _outcome(
     return Outcome.UNDECIDED if unfavourable is not None and unfavourable < limit else Outcome.HOLDS
 
 
+def _two_sided_level(confidence: float) -> float:
+    """The two-sided level whose each limit is a one-sided bound at `confidence`: 2·confidence - 1."""
+    return max(0.0, 2 * confidence - 1)
+
+
 def one_sided(successes: int, trials: int, *, confidence: float, upper: bool) -> float:
-    """The one-sided Clopper-Pearson bound at `confidence` (the two-sided limit at 2·confidence - 1)."""
-    low, high = proportion_interval(successes, trials, confidence=max(0.0, 2 * confidence - 1))
+    """The one-sided Clopper-Pearson bound at `confidence`."""
+    low, high = proportion_interval(successes, trials, confidence=_two_sided_level(confidence))
     return high if upper else low
 
 
 def pairs_to_show(rate: float, confidence: float) -> int | None:
     """Trials without a single event after which the one-sided bound shows the event rate <= `rate`
-    (298 for 1% at 95%); None when no number can (`rate` 0: observed only)."""
+    (299 for 1% at 95%); None when no number can (`rate` 0: observed only)."""
     if rate <= 0.0:
         return None
     if rate >= 1.0:
@@ -167,7 +168,7 @@ def guardrails(
 
 
 def decided_guardrails(analysis: AnalysisSpec, pairs: Pairs, *, greedy: bool) -> list[GuardrailResult]:
-    """The guardrails that must be shown to hold (`DECIDED`): goodput (with SLOs and
+    """The guardrails that must be shown to hold (Undecided otherwise): goodput (with SLOs and
     `maxGoodputDrop`), errorRate, and outputMatch (`greedy`: temperature 0). What the stage rule
     and the load generator's stop rule both read."""
     g = analysis.guardrails
@@ -338,7 +339,7 @@ def goodput_guardrail(analysis: AnalysisSpec, pairs: Pairs) -> GuardrailResult:
         item.outcome = Outcome.BREACHED
     else:
         one = paired_proportion_difference(
-            control, treatment, confidence=max(0.0, 2 * analysis.confidence - 1)
+            control, treatment, confidence=_two_sided_level(analysis.confidence)
         )
         bound = one[1] if one is not None else -math.inf
         item.outcome = Outcome.HOLDS if bound >= -limit else Outcome.UNDECIDED

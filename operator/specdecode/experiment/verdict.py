@@ -13,7 +13,7 @@ stages (`combine`, `analyse`), and answers the load generator's sequential looks
 Stage rule: invalid measurement or too few pairs -> Inconclusive; a guardrail SurelyBreached (or
 output match Breached) -> Fail; speed-up upper bound < minSpeedup -> Fail; lower bound >= minSpeedup
 and no guardrail Breached or Undecided (errorRate, outputMatch, goodput not yet shown to hold:
-`guardrails.DECIDED`) -> Pass; otherwise Inconclusive.
+`guardrails.decided_guardrails`) -> Pass; otherwise Inconclusive.
 Overall (`requireStages`): an output mismatch anywhere -> Reject. `all` / a list: any required stage
 Fail -> Reject; all Pass -> Promote; else Inconclusive. `any`: one Pass -> Promote; all Fail -> Reject;
 else Inconclusive. Inconclusive is never promoted. No measured request at all, or a run marked
@@ -65,6 +65,7 @@ from specdecode.experiment.spec import (
     Stage,
 )
 from specdecode.experiment.status import (
+    BreakEven,
     ExperimentStatus,
     GuardrailResult,
     NoiseFloor,
@@ -155,6 +156,33 @@ def analyse_stage(
     om = output_match(result)
     result.output_match = om.estimate if om is not None else None
 
+    verdict, code, reasons = _judge(a, result, pairs, mv, of_stage(validity, stage.name))
+    result.verdict, result.code, result.reasons = verdict, code, reasons
+    if verdict is StageVerdict.FAIL and spec.speculates:
+        result.break_even = _break_even(spec, result, acc_counts)
+    return result
+
+
+def _break_even(spec: ExperimentSpec, result: StageResult, acc_counts: tuple[int, int]) -> BreakEven | None:
+    """The acceptance a failing stage would have needed, beside the one measured (`breakeven.py`)."""
+    accepted, drafted = acc_counts
+    return breakeven.break_even(
+        result.speedup,
+        result.acceptance,
+        k=spec.speculative.num_speculative_tokens,
+        min_speedup=spec.analysis.min_speedup,
+        measured_interval=(
+            proportion_interval(accepted, drafted, confidence=spec.analysis.confidence)
+            if drafted > 0
+            else None
+        ),
+    )
+
+
+def _judge(
+    a: AnalysisSpec, result: StageResult, pairs: Pairs, mv: MetricVerdict, validity: StageValidity
+) -> tuple[StageVerdict, ReasonCode, list[str]]:
+    """The stage rule on a measured stage (`result` with its guardrails): verdict, code, reason lines."""
     control_list = list(pairs.control.values())
     control_err_low = (
         proportion_interval(sum(not r.ok for r in control_list), len(control_list), confidence=a.confidence)[
@@ -170,7 +198,7 @@ def analyse_stage(
     verdict, code, first = stage_rule(
         StageFacts(
             critical=is_critical(result),
-            validity=of_stage(validity, stage.name),
+            validity=validity,
             missing=_missing_arm(pairs),
             control_fails=control_err_low > a.guardrails.max_error_rate,
             surely_breached=any(g.outcome == Outcome.SURELY_BREACHED for g in findings),
@@ -186,19 +214,7 @@ def analyse_stage(
     if verdict is StageVerdict.FAIL and first is None and mv.ci is not None:
         # failed on a guardrail: the primary metric's own line says whether the speed-up held
         reasons.append(mv.reason)
-    result.verdict, result.code, result.reasons = verdict, code, reasons
-    if verdict is StageVerdict.FAIL and spec.speculates:
-        accepted, drafted = acc_counts
-        result.break_even = breakeven.break_even(
-            result.speedup,
-            result.acceptance,
-            k=spec.speculative.num_speculative_tokens,
-            min_speedup=a.min_speedup,
-            measured_interval=(
-                proportion_interval(accepted, drafted, confidence=a.confidence) if drafted > 0 else None
-            ),
-        )
-    return result
+    return verdict, code, reasons
 
 
 @dataclass(frozen=True)
@@ -466,7 +482,26 @@ def stage_look(
     rate: float | None = None,
 ) -> sequential.Look:
     """The sequential state of a running stage (see `stage_decided`)."""
-    pairs = Pairs.of([*control, *treatment]).prefix()
+    return _look(
+        analysis,
+        Pairs.of([*control, *treatment]).prefix(),
+        treatment,
+        max_pairs=max_pairs,
+        concurrency=concurrency,
+        rate=rate,
+    )
+
+
+def _look(
+    analysis: AnalysisSpec,
+    pairs: Pairs,
+    treatment: Sequence[Request],
+    *,
+    max_pairs: int,
+    concurrency: int | None,
+    rate: float | None,
+) -> sequential.Look:
+    """`stage_look` on the complete prefix `pairs` already built."""
     metric = analysis.primary_metric.value
     b, c = paired_values(pairs.both_ok(), metric)
     d = log_ratios(b, c, higher_is_better=analysis.primary_metric is PrimaryMetric.THROUGHPUT)
@@ -512,7 +547,7 @@ def stage_decided(
     pending = decided_guardrails(analysis, pairs, greedy=greedy)
     if any(is_failing(g) for g in pending):
         return True
-    look = stage_look(analysis, control, treatment, max_pairs=max_pairs, concurrency=concurrency, rate=rate)
+    look = _look(analysis, pairs, treatment, max_pairs=max_pairs, concurrency=concurrency, rate=rate)
     if not look.decided or look.why != "above" or look.n >= max_pairs:
         return look.decided
     return all(g.outcome in {Outcome.HOLDS, Outcome.NOT_EVALUATED} for g in pending)
