@@ -286,7 +286,10 @@ def test_a_lossy_treatment_at_the_default_limits_is_never_promoted(
     (stage,) = status["stages"]
     match = next(g for g in stage["guardrails"] if g["name"] == "outputMatch")
     if status["verdict"] == "Reject":
-        assert (status["reason"], match["outcome"]) == ("OutputMismatch", "Breached"), detail
+        # the critical outcomes (`guardrails.is_critical`): a mismatch seen, or already surely below
+        # (2 of the first 20 differ: the interval's top is 0.987)
+        assert status["reason"] == "OutputMismatch", detail
+        assert match["outcome"] in {"Breached", "SurelyBreached"}, detail
     else:  # no mismatch among the 80 pairs: outputMatch cannot show 0.99 (299 needed)
         assert status["verdict"] == "Inconclusive", detail
         # GuardrailUndecided when the speed-up passed; InsufficientEvidence if a loaded machine's
