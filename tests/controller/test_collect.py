@@ -291,6 +291,12 @@ def apart() -> status.Environment:
     return status.Environment(arms=hosts, host_differences=["node"])
 
 
+def together() -> status.Environment:
+    """Both arms on node gpu-a, each on its own GPUs."""
+    host = status.Host(node="gpu-a")
+    return status.Environment(arms=status.ArmHosts(control=host, treatment=host))
+
+
 def with_analysis(url: str, **analysis: Any) -> spec.ExperimentSpec:
     doc = experiment_document(analysis=analysis)
     doc["spec"]["prometheus"] = {"url": url}
@@ -365,17 +371,19 @@ def test_the_confirmation_round_is_owed_for_a_schedule_and_confirms_it_once_meas
     prometheus: Callable[[int, bytes], str],
 ) -> None:
     s = with_analysis(prometheus(200, vector("1")), confirm=True)
-    first = collect_in(stored(measured()), s, status.ExperimentStatus(environment=apart()), {None: JOB_UID})
+    first = collect_in(
+        stored(measured()), s, status.ExperimentStatus(environment=together()), {None: JOB_UID}
+    )
     owed = first.next_round
     assert owed is not None and owed.name == "Confirmation" and owed.schedule
-    assert owed.nodes == status.CrossoverPlacement(treatment="gpu-b")  # the control keeps serving
+    assert owed.nodes == status.CrossoverPlacement(treatment="gpu-a")  # the control keeps serving
     client = stored(measured())
     uid = store_round(client, "Confirmation", measured_with(1.3, seed=2))
     done = owed.model_copy(update={"outcome": "Measured"})
     judged = collect_in(
         client,
         s,
-        status.ExperimentStatus(environment=apart(), rounds=[done]),
+        status.ExperimentStatus(environment=together(), rounds=[done]),
         {None: JOB_UID, "Confirmation": uid},
     )
     rec = judged.recommendation

@@ -864,6 +864,36 @@ def test_a_neutral_treatment_on_a_slower_node_is_flagged_and_the_crossover_swaps
         assert (status["verdict"], crossover["demoted"]) == ("Reject", []), detail
 
 
+def test_a_win_measured_with_the_arms_on_different_nodes_is_not_promoted_without_a_crossover(
+    operator: OperatorProcess, prometheus: Prometheus, node_agent: NodeAgent
+) -> None:
+    """Issue 35 item 3: the arms forced onto different nodes (5 GPUs each, 8 per node), the crossover
+    Off (the default): the stage passes on its interval, but nothing separated the nodes from the
+    speed-up, so the run ends Inconclusive `PlacementUnseparated`, saying how to get a decision."""
+    name = "apart"
+    doc = experiment(name, "h200-8b-draft-tiny")
+    doc["spec"]["engine"]["resources"] = {"limits": {"nvidia.com/gpu": 5}}
+    operator.apply(doc)
+    status, _ = run_to_the_end(operator, prometheus, node_agent, name)
+    detail = f"{status}\n{load_logs(operator, node_agent, name)}\noperator:\n{operator.log_tail()}"
+    assert status["phase"] == "Completed", detail
+    env = status["environment"]
+    nodes = {arm: env["arms"][arm]["node"] for arm in ("control", "treatment")}
+    assert sorted(nodes.values()) == sorted(AGENT_GPU_NODE_NAMES) and env["hostDifferences"] == ["node"], (
+        detail
+    )
+    stage = status["stages"][0]
+    assert stage["speedup"]["ciLow"] >= 1.05, detail  # the interval alone would have promoted it
+    assert (status["verdict"], status["reason"]) == ("Inconclusive", "PlacementUnseparated"), detail
+    assert (stage["verdict"], stage["code"]) == ("Inconclusive", "PlacementUnseparated"), detail
+    assert status["message"].startswith(
+        f"not promoted: the arms ran on different hosts (node: {nodes['control']} (control) vs "
+        f"{nodes['treatment']} (treatment))"
+    ), detail
+    assert "to decide, run the crossover (spec.analysis.crossover: IfApart) or co-locate" in status["message"]
+    assert "crossover" not in status, detail
+
+
 def test_of_two_operator_replicas_only_the_lease_holder_acts_and_the_other_finishes_when_it_dies(
     cluster: Cluster, crd: Path, node_agent: NodeAgent, prometheus: Prometheus, namespace: str, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from specdecode.experiment import crossover, reconcile, spec, status, validation, verdict
+from specdecode.experiment import crossover, placement, reconcile, spec, status, validation, verdict
 from specdecode.experiment.status import CrossoverPlacement, Speedup, StageResult, StageVerdict, Verdict
 from tests.factories import experiment_document
 
@@ -235,3 +235,71 @@ def test_the_operator_carries_the_crossover_block_into_the_completed_status() ->
     done = reconcile.decide(subject, current, reconcile.Observed(analysis=judged), T0).status
     assert done.phase is status.Phase.COMPLETED and done.verdict is Verdict.INCONCLUSIVE
     assert done.reason == "PlacementEffect" and done.crossover == block
+
+
+def hosts_apart(speed_factor: float | None = None) -> status.Environment:
+    """The arms on nodes x and y; a treatment host `speed_factor` as fast as the control's (1.0)."""
+    control = status.Host(node="x", speed_factor=None if speed_factor is None else 1.0)
+    arms = status.ArmHosts(control=control, treatment=status.Host(node="y", speed_factor=speed_factor))
+    return placement.with_hosts(status.Environment(), arms)
+
+
+def promoted() -> verdict.Analysis:
+    first = [stage("c1", 1.3, 0.02, StageVerdict.PASS), stage("c4", 1.02, 0.05, StageVerdict.INCONCLUSIVE)]
+    return analysis_of(first, Verdict.PROMOTE, "SpeedupConfirmed")
+
+
+def test_arms_on_different_hosts_without_a_crossover_are_never_promoted() -> None:
+    """Issue 35 item 3: the pass may be the faster host; every pass turns Inconclusive with its own
+    reason, and the message names the facts that differ and how to get a decision."""
+    s = experiment(requireStages="any")
+    judged = crossover.unseparated(s, promoted(), hosts_apart(speed_factor=1.1), None, servers_given=False)
+    assert (judged.verdict, judged.reason) == (Verdict.INCONCLUSIVE, "PlacementUnseparated")
+    assert [(st.verdict, st.code) for st in judged.stages] == [
+        (StageVerdict.INCONCLUSIVE, "PlacementUnseparated"),
+        (StageVerdict.INCONCLUSIVE, None),  # not a pass: left as it was
+    ]
+    assert judged.stages[0].reasons[1:] == ["why"]
+    assert judged.message == (
+        "not promoted: the arms ran on different hosts (node: x (control) vs y (treatment); speedFactor: "
+        "1.0 (control) vs 1.1 (treatment)) and no crossover separated the placement from the speed-up: "
+        "a faster host is measured as a speed-up; to decide, run the crossover (spec.analysis.crossover: "
+        "IfApart) or co-locate the arms (spec.placement.colocate: Required); tpot speed-up ..."
+    )
+
+
+def test_servers_given_by_url_or_a_crossover_that_could_not_run_say_how_to_decide() -> None:
+    s = experiment()
+    given = crossover.unseparated(s, promoted(), hosts_apart(), None, servers_given=True)
+    assert given.reason == "PlacementUnseparated"
+    assert "to decide, give both servers on one host, or let run --local start the arms" in given.message
+    skipped = crossover.skipped(s.analysis, crossover.SAME_PLACEMENT, "nothing to swap")
+    unswapped = crossover.unseparated(s, promoted(), hosts_apart(), skipped, servers_given=False)
+    assert unswapped.reason == "PlacementUnseparated"
+    assert (
+        "co-locate the arms (spec.placement.colocate: Required); the crossover did not run (nothing to swap)"
+        in (unswapped.message)
+    )
+
+
+def test_a_crossover_that_ran_or_arms_on_one_host_leave_the_promote_and_other_verdicts_keep_their_reason() -> (
+    None
+):
+    s = experiment(crossover="IfApart")
+    ran = status.CrossoverResult(mode="IfApart", ran=True)
+    assert crossover.unseparated(s, promoted(), hosts_apart(), ran, servers_given=False) == promoted()
+    host = status.Host(node="x")
+    together = placement.with_hosts(status.Environment(), status.ArmHosts(control=host, treatment=host))
+    assert crossover.unseparated(s, promoted(), together, None, servers_given=False) == promoted()
+    assert crossover.unseparated(s, promoted(), None, None, servers_given=True) == promoted()
+    rejected = analysis_of([stage("c1", 0.9, 0.02, StageVerdict.FAIL)], Verdict.REJECT, "SlowerThanRequired")
+    judged = crossover.unseparated(s, rejected, hosts_apart(), None, servers_given=False)
+    assert (judged.verdict, judged.reason, judged.stages) == (
+        Verdict.REJECT,
+        "SlowerThanRequired",
+        rejected.stages,
+    )
+    assert judged.message == (
+        "tpot speed-up ...; the arms ran on different hosts (they differ in node): the speed-up may partly be "
+        "the placement"
+    )

@@ -53,14 +53,21 @@ def apart() -> status.Environment:
     return status.Environment(arms=hosts, host_differences=["node"])
 
 
+def together() -> status.Environment:
+    """Both arms on one node (each on its own GPUs): nothing of the host differs."""
+    host = status.Host(node="node-a")
+    return status.Environment(arms=status.ArmHosts(control=host, treatment=host))
+
+
 def inputs(
     *rounds_: tuple[str, judgement.Measurement | judgement.Unmeasured],
     swapped: CrossoverPlacement | None = None,
+    environment: status.Environment | None = None,
     **kw: object,
 ) -> judgement.Measured:
     return judgement.Measured(
         rounds=dict(rounds_),
-        environment=apart(),
+        environment=environment or apart(),
         placement=judgement.Placement(NODES, swapped=swapped),
         **kw,  # type: ignore[arg-type]
     )
@@ -116,9 +123,11 @@ def test_a_swapped_round_measured_without_data_leaves_no_estimate_so_no_pass_sta
 def test_arms_that_cannot_swap_skip_the_crossover_for_the_caller_s_reason() -> None:
     s = experiment(crossover="Always")
     where = judgement.Placement(NODES, unswappable=(crossover.SERVERS_GIVEN, "given by URL"))
-    out = folded(s, ExperimentStatus(), judgement.Measured({}, apart(), where), passed())
+    out = folded(s, ExperimentStatus(), judgement.Measured({}, apart(), where, arms_given=True), passed())
     assert out.crossover is not None and (out.crossover.ran, out.crossover.reason) == (False, "ServersGiven")
-    assert out.analysis.verdict is Verdict.PROMOTE and out.next_round is None
+    # Apart, and nothing separated the hosts from the speed-up: not promoted (issue 35 item 3).
+    assert (out.analysis.verdict, out.analysis.reason) == (Verdict.INCONCLUSIVE, "PlacementUnseparated")
+    assert out.next_round is None and "give both servers on one host" in out.message
     unknown = judgement.Placement(CrossoverPlacement(control="node-a"))
     out = folded(s, ExperimentStatus(), judgement.Measured({}, apart(), unknown), passed())
     assert out.next_round is None and "the arms' nodes are unknown" in out.message
@@ -126,11 +135,11 @@ def test_arms_that_cannot_swap_skip_the_crossover_for_the_caller_s_reason() -> N
 
 def test_the_confirmation_is_owed_for_a_schedule_and_otherwise_says_why_it_did_not_run() -> None:
     s = experiment(confirm=True)
-    owed = folded(s, ExperimentStatus(), inputs(), passed(SCHEDULE)).next_round
-    assert owed == rounds.confirmation_round(SCHEDULE, apart(), crossed=False)
-    none = folded(s, ExperimentStatus(), inputs(), passed()).recommendation
+    owed = folded(s, ExperimentStatus(), inputs(environment=together()), passed(SCHEDULE)).next_round
+    assert owed == rounds.confirmation_round(SCHEDULE, together(), crossed=False)
+    none = folded(s, ExperimentStatus(), inputs(environment=together()), passed()).recommendation
     assert none is not None and none.confirmation_reason == str(confirm.Reason.NO_SCHEDULE)
-    given = folded(s, ExperimentStatus(), inputs(arms_given=True), passed(SCHEDULE))
+    given = folded(s, ExperimentStatus(), inputs(arms_given=True, environment=together()), passed(SCHEDULE))
     assert given.next_round is None and given.recommendation is not None
     assert given.recommendation.confirmation_reason == str(confirm.Reason.ARMS_NOT_STARTED_HERE)
 
@@ -141,7 +150,7 @@ def test_a_confirmation_round_that_failed_or_was_interrupted_says_so_in_the_mess
         name=rounds.CONFIRMATION, schedule=SCHEDULE, outcome=rounds.FAILED, message="LoadJobFailed: x"
     )
     current = ExperimentStatus(rounds=[round_])
-    out = folded(s, current, inputs(notes=["note"]), passed(SCHEDULE))
+    out = folded(s, current, inputs(notes=["note"], environment=together()), passed(SCHEDULE))
     assert out.recommendation is not None and out.recommendation.confirmation_reason == "RoundFailed"
     assert out.message == "tpot speed-up 1.30x; note; the confirmation round failed: LoadJobFailed: x"
     stopped = inputs(
@@ -205,3 +214,17 @@ def test_a_run_without_a_verdict_owes_no_round_and_checks_nothing() -> None:
     assert out.next_round is None and out.search is None and not out.confirmed
     assert out.crossover is not None and out.crossover.reason == crossover.NOT_MEASURED
     assert out.message == "no measured requests"
+
+
+def test_without_a_crossover_arms_on_different_nodes_are_not_promoted_and_on_one_node_they_are() -> None:
+    """Issue 35 item 3, in the fold both lifecycles share (crossover Off, the default)."""
+    s = experiment()
+    out = folded(s, ExperimentStatus(), inputs(), passed())
+    assert (out.analysis.verdict, out.analysis.reason) == (Verdict.INCONCLUSIVE, "PlacementUnseparated")
+    assert out.crossover is None and out.next_round is None
+    assert out.message.startswith(
+        "not promoted: the arms ran on different hosts (node: node-a (control) vs node-b (treatment))"
+    )
+    assert "to decide, run the crossover (spec.analysis.crossover: IfApart) or co-locate" in out.message
+    kept = folded(s, ExperimentStatus(), inputs(environment=together()), passed())
+    assert (kept.analysis.verdict, kept.message) == (Verdict.PROMOTE, "tpot speed-up 1.30x")

@@ -621,23 +621,6 @@ def test_where_the_arms_run_is_recorded_while_waiting_for_prometheus() -> None:
     assert env is not None and env.host_differences == ["node"]
 
 
-def test_the_verdict_keeps_saying_that_the_arms_ran_on_different_hosts() -> None:
-    running = reconcile.decide(
-        subject(), at(Phase.DEPLOYING), Observed(arms=ready_arms(), hosts=hosts(node="gpu-1")), T0
-    ).status
-    analyzing = running.model_copy(update={"phase": Phase.ANALYZING})
-    done = reconcile.decide(subject(), analyzing, Observed(analysis=judgement(Verdict.PROMOTE)), T0)
-    suffix = (
-        "; the arms ran on different hosts (they differ in node): the speed-up may partly be the placement"
-    )
-    assert done.status.message == "tpot 1.31x [1.24, 1.38] at low" + suffix
-    assert done.events[0].message.endswith(suffix)
-    shared = reconcile.decide(
-        subject(), at(Phase.ANALYZING), Observed(analysis=judgement(Verdict.PROMOTE)), T0
-    )
-    assert shared.status.message == "tpot 1.31x [1.24, 1.38] at low"
-
-
 def aborted(generation: int = 1, **overrides: object) -> reconcile.Subject:
     plain = subject(generation, **overrides)
     return reconcile.Subject(plain.name, plain.generation, plain.spec, aborted=True)

@@ -1038,3 +1038,16 @@ def test_pairs_that_share_a_wave_get_an_interval_over_waves_not_pairs() -> None:
     # one wave is one unit: no interval
     one = comparison.compare(np.ones(64), np.ones(64) * 0.9, metric="tpot", min_speedup=1.1, unit=64)
     assert one.label is comparison.Label.NO_DATA and "fewer than two sampling units" in one.reason
+
+
+def test_a_verdict_withheld_by_an_undecided_guardrail_names_it_in_its_message() -> None:
+    """60 clean pairs cannot show the default limits (299 needed): the message says which guardrail,
+    at which stage, as a failed guardrail's does."""
+    spec = make_spec()
+    records, windows = synthetic.run(spec, speedup={"low": 1.4, "c16": 1.4}, n=60)
+    result = verdict.analyse(spec, records, windows)
+    assert (result.verdict, result.reason) == (Verdict.INCONCLUSIVE, ReasonCode.GUARDRAIL_UNDECIDED)
+    assert result.message.startswith(
+        "guardrail undecided (not shown to hold): errorRate at low, outputMatch at low, errorRate at c16, "
+        "outputMatch at c16; tpot speed-up 1."
+    ), result.message

@@ -70,16 +70,19 @@ def run_on_unequal_gpus(
     return status
 
 
-def test_without_the_crossover_the_faster_gpu_is_promoted_and_flagged(
+def test_without_the_crossover_the_faster_gpu_is_not_promoted(
     tmp_path: Path, fake_engines: FakeEngines
 ) -> None:
-    """The harm the crossover prevents: the control's GPU is 10% slower, so a neutral treatment is
-    measured 1.1x faster and promoted; only the provenance flag says why."""
+    """The harm the crossover prevents (issue 35 item 3): the control's GPU is 10% slower, so a neutral
+    treatment is measured 1.1x faster; without a crossover that pass is withheld, and the message
+    says how to get a decision."""
     status = run_on_unequal_gpus(tmp_path, fake_engines, None, slow="0")
-    assert status["verdict"] == "Promote"
-    assert status["environment"]["hostDifferences"] == ["speedFactor"]
-    assert "the speed-up may partly be the placement" in status["message"]
     assert status["stages"][0]["speedup"]["estimate"] == pytest.approx(1.1, rel=0.04)
+    assert (status["verdict"], status["reason"]) == ("Inconclusive", "PlacementUnseparated"), status[
+        "message"
+    ]
+    assert status["environment"]["hostDifferences"] == ["speedFactor"]
+    assert "to decide, run the crossover (spec.analysis.crossover: IfApart)" in status["message"]
     assert "crossover" not in status
 
 

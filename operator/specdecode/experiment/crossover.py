@@ -38,6 +38,13 @@ faster node, this one 99.6% / 93%; neither promoted a neutral treatment there). 
 turns a Fail or an Inconclusive stage into a Pass, and never promotes: it can only withhold a
 promotion. Round 2's guardrails are not judged (round 1's decide).
 
+Without a crossover (issue 35 item 3). A faster host is never credited to speculation: when the
+arms' hosts differ (`status.environment.hostDifferences`: another node, GPU product, driver, a
+simulated host's speed; servers given by URL on different hosts) and no swapped round ran, every
+passing stage turns Inconclusive (`PlacementUnseparated`), so a Promote does, and the message says how
+to get a decision (`unseparated`). Any other verdict keeps its reason and says that the speed-up may
+partly be the placement (`placement.qualify`).
+
 Owns `status.crossover` and `status.stages[].placement`.
 """
 
@@ -47,7 +54,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from specdecode.experiment import recommendation, spec, verdict
+from specdecode.experiment import placement, recommendation, spec, verdict
 from specdecode.experiment.status import (
     CrossoverPlacement,
     CrossoverResult,
@@ -63,6 +70,8 @@ from specdecode.experiment.validity import Validity
 
 #: The reason of a stage, and of the verdict, that the placement effect made Inconclusive.
 PLACEMENT_EFFECT = ReasonCode.PLACEMENT_EFFECT
+#: The reason of a stage, and of the verdict, whose pass no crossover separated from the arms' hosts.
+PLACEMENT_UNSEPARATED = ReasonCode.PLACEMENT_UNSEPARATED
 #: Why the crossover did not run (`status.crossover.reason`).
 NOT_APART = "NotApart"
 SAME_PLACEMENT = "SamePlacement"
@@ -229,6 +238,60 @@ def apply(
             recommendation=recommendation.recommend(s, stages),
         ),
         result,
+    )
+
+
+def unseparated(
+    s: spec.ExperimentSpec,
+    analysis: verdict.Analysis,
+    environment: Environment | None,
+    checked: CrossoverResult | None,
+    *,
+    servers_given: bool,
+) -> verdict.Analysis:
+    """The verdict once the rounds are folded, when the arms' hosts differ and no swapped round ran
+    (`checked` None or not run; the module docstring): a pass is not promoted. `servers_given`: the
+    arms are servers given by URL, which no crossover can move."""
+    facts = placement.described(environment) if environment is not None else None
+    if facts is None or analysis.verdict is None or (checked is not None and checked.ran):
+        return analysis
+    if analysis.verdict is not Verdict.PROMOTE:
+        return replace(analysis, message=placement.qualify(analysis.message, environment))
+    if servers_given:
+        how = (
+            "give both servers on one host, or let run --local start the arms (without --control-url and "
+            "--treatment-url) with spec.analysis.crossover: IfApart"
+        )
+    elif checked is not None:
+        how = f"co-locate the arms (spec.placement.colocate: Required); the crossover did not run ({checked.message})"
+    else:
+        how = "run the crossover (spec.analysis.crossover: IfApart) or co-locate the arms (spec.placement.colocate: Required)"
+    why = (
+        f"the arms ran on different hosts ({facts}) and no crossover separated the placement from the "
+        "speed-up: a faster host is measured as a speed-up"
+    )
+    stages = [
+        stage.model_copy(
+            update={
+                "verdict": StageVerdict.INCONCLUSIVE,
+                "code": PLACEMENT_UNSEPARATED,
+                "reasons": [f"{PLACEMENT_UNSEPARATED}: {why}", *stage.reasons],
+            }
+        )
+        if stage.verdict is StageVerdict.PASS
+        else stage
+        for stage in analysis.stages
+    ]
+    outcome, _ = verdict.combine(s.analysis.require_stages, stages)
+    if outcome is Verdict.PROMOTE:  # every pass was turned: the invariant, checked
+        raise AssertionError("a pass the placement may have made was promoted")
+    return replace(
+        analysis,
+        stages=stages,
+        verdict=outcome,
+        reason=PLACEMENT_UNSEPARATED,
+        message=f"not promoted: {why}; to decide, {how}; {analysis.message}",
+        recommendation=recommendation.recommend(s, stages),
     )
 
 

@@ -4,7 +4,8 @@ Once the stages are judged (Analyzing), the operator (`controller/collect.py`) a
 (`local/judging.py`) each read what the rounds measured — the operator from the load Jobs' results
 and Prometheus, `run --local` from its files — into `Measured`, and call `fold`, which folds them
 in, in the order of `rounds.py`: the search's probes (`search.progress`; the recommendation rests on
-them too), the crossover's swapped round (`crossover.apply`), then the confirmation round
+them too), the crossover's swapped round (`crossover.apply`; without one, arms on different hosts
+withhold a Promote: `crossover.unseparated`), then the confirmation round
 (`confirm.fold`); and says which round is owed next (`rounds.probe_round`, `rounds.crossover_round`,
 `rounds.confirmation_round`), or that the verdict is final (`Folded.next_round` None).
 
@@ -115,6 +116,10 @@ def fold(
     checked = None
     if owed is None:
         analysis, checked, owed = _crossover(experiment, current, analysis, measured)
+    if owed is None:
+        analysis = crossover.unseparated(
+            experiment, analysis, measured.environment, checked, servers_given=measured.arms_given
+        )
     if found is not None and found.probes and analysis.measured:  # the recommendation rests on them too
         analysis = replace(
             analysis, recommendation=recommendation.recommend(experiment, [*analysis.stages, *found.probes])

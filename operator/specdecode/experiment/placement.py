@@ -73,20 +73,28 @@ def with_hosts(environment: status.Environment, hosts: status.ArmHosts) -> statu
     )
 
 
-def warning(environment: status.Environment) -> str | None:
-    """One line saying how the arms' hosts differ and what it means, or None when they do not."""
+def described(environment: status.Environment) -> str | None:
+    """How the arms' hosts differ, fact by fact ("node: a (control) vs b (treatment)"), or None."""
     hosts = environment.arms
     if not environment.host_differences or hosts is None or hosts.control is None or hosts.treatment is None:
         return None
     control, treatment = hosts.control.wire(), hosts.treatment.wire()
-    shown = "; ".join(
+    return "; ".join(
         f"{key}: {control.get(key)} (control) vs {treatment.get(key)} (treatment)"
         for key in environment.host_differences
     )
+
+
+def warning(environment: status.Environment) -> str | None:
+    """One line saying how the arms' hosts differ and what it means, or None when they do not."""
+    facts = described(environment)
+    if facts is None:
+        return None
     return (
-        f"the arms ran on different hosts ({shown}): a faster or slower host is measured as a speed-up "
-        "or a slow-down, which the paired interval cannot see; co-locate them "
-        "(spec.placement.colocate: Required) or read the speed-up with that in mind"
+        f"the arms ran on different hosts ({facts}): a faster or slower host is measured as a speed-up "
+        "or a slow-down, which the paired interval cannot see; without a crossover that separates it "
+        f"no pass is promoted ({status.ReasonCode.PLACEMENT_UNSEPARATED}): co-locate the arms "
+        "(spec.placement.colocate: Required) or run the crossover (spec.analysis.crossover: IfApart)"
     )
 
 

@@ -383,9 +383,7 @@ def _analyzing(
             "phase": Phase.COMPLETED,
             "verdict": outcome.verdict,
             "reason": outcome.reason,
-            "message": fairness.qualify(
-                placement.qualify(outcome.message, environment), current.arm_differences
-            ),
+            "message": fairness.qualify(outcome.message, current.arm_differences),
             "stages": outcome.stages,
             "recommendation": outcome.recommendation,
             "noise_floor": outcome.noise_floor,

@@ -411,6 +411,13 @@ def _unjudged(stage: StageResult) -> StageResult:
     )
 
 
+#: The verdict reasons whose message names the guardrails: (the outcome named, the message's words).
+_GUARDRAIL_OUTCOMES = {
+    ReasonCode.GUARDRAIL_FAILED: (Outcome.SURELY_BREACHED, "guardrail failed"),
+    ReasonCode.GUARDRAIL_UNDECIDED: (Outcome.UNDECIDED, "guardrail undecided (not shown to hold)"),
+}
+
+
 def analyse(
     spec: ExperimentSpec,
     records: Sequence[Request],
@@ -458,14 +465,10 @@ def analyse(
             + "; "
             + message
         )
-    elif reason is ReasonCode.GUARDRAIL_FAILED:
-        lines = [
-            f"{g.name} at {s.name}"
-            for s in stages
-            for g in s.guardrails
-            if g.outcome == Outcome.SURELY_BREACHED
-        ]
-        message = "guardrail failed: " + ", ".join(lines) + "; " + message
+    elif reason in _GUARDRAIL_OUTCOMES:
+        outcome, words = _GUARDRAIL_OUTCOMES[reason]
+        lines = [f"{g.name} at {s.name}" for s in stages for g in s.guardrails if g.outcome == outcome]
+        message = f"{words}: " + ", ".join(lines) + "; " + message
     return Analysis(stages, verdict, reason, message, summary, recommend(spec, stages))
 
 

@@ -117,7 +117,8 @@ class Crossover(StrEnum):
     (issue 22; `crossover.py`)."""
 
     OFF = "Off"
-    """No repeat: when the arms ran on different hosts, the speed-up includes the placement (flagged)."""
+    """No repeat: when the arms ran on different hosts, the speed-up includes the placement, so no pass
+    is promoted (`PlacementUnseparated`)."""
     IF_APART = "IfApart"
     """Repeat only when the arms' hosts differ (`status.environment.hostDifferences` not empty)."""
     ALWAYS = "Always"

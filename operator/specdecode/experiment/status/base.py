@@ -102,6 +102,10 @@ class ReasonCode(StrEnum):
     """An A/A run (`analysis.mode: NoiseFloor`): measured, not judged; see `status.noiseFloor`."""
     PLACEMENT_EFFECT = "PlacementEffect"
     """The crossover found the pass comparable to the placement effect (`status.crossover`)."""
+    PLACEMENT_UNSEPARATED = "PlacementUnseparated"
+    """The stages passed, but the arms ran on different hosts (`status.environment.hostDifferences`)
+    and no crossover separated the placement from the speed-up: a faster host is not credited to
+    speculation. Run the crossover (`analysis.crossover: IfApart`) or co-locate the arms."""
 
 
 class StageVerdict(StrEnum):

@@ -105,7 +105,8 @@ class Environment(StatusModel):
     """Where each arm ran (node, GPU, driver, CUDA, CPU, instance type, engine version)."""
     host_differences: list[str] = Field(default_factory=list)
     """The host facts in which the arms differ (`node`, `cpuModel`, ...): when not empty, the speed-up
-    may partly be the placement, which the paired interval cannot see."""
+    may partly be the placement, which the paired interval cannot see, so no pass is promoted unless
+    the crossover separates the two (`PlacementUnseparated`)."""
 
 
 class Degradation(StatusModel):
