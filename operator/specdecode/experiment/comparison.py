@@ -22,6 +22,10 @@ The speed-up is exp(mean d): the geometric mean of the per-request ratios. Per-p
   hundreds of pairs a stage has; the Monte Carlo study checks coverage on heavy-tailed samples).
 Tails (p50, p90, p99 of each arm, their ratio) get paired-bootstrap percentile intervals; they are
 reported, not decisive: quantile ratios of a few hundred requests are too noisy to gate on (p99).
+The bootstrap resamples the stage's sampling unit (`pairing.sampling_unit`): pairs of one wave share
+engine batches, so with a unit of L pairs it draws circular blocks of L consecutive pairs (Politis &
+Romano's circular block bootstrap), as the speed-up's interval is cluster-robust over blocks of L
+(issue 35 item 1); L = 1 is the plain paired bootstrap, draw for draw.
 """
 
 from __future__ import annotations
@@ -288,8 +292,10 @@ def quantile_speedups(
     rng: np.random.Generator,
     quantiles: Sequence[float] = TAIL_QUANTILES,
     higher_is_better: bool = False,
+    unit: int = 1,
 ) -> list[QuantileSpeedup]:
-    """Quantile ratios (control quantile / treatment quantile for latencies) with paired-bootstrap intervals."""
+    """Quantile ratios (control quantile / treatment quantile for latencies) with paired-bootstrap
+    intervals, resampling blocks of `unit` consecutive pairs (the stage's sampling unit)."""
     b = np.asarray(baseline, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
     keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
@@ -300,11 +306,14 @@ def quantile_speedups(
     num, den = (c, b) if higher_is_better else (b, c)
     estimate = np.quantile(num, q) / np.quantile(den, q)
     out: list[QuantileSpeedup] = []
+    block, widen = bootstrap_block(b.size, unit, confidence)
     if b.size >= sequential.MIN_PAIRS:
-        boot_num, boot_den = bootstrap_quantiles((num, den), q, rng=rng)
+        boot_num, boot_den = bootstrap_quantiles((num, den), q, rng=rng, block=block)
         boot = boot_num / boot_den  # (len(q), B)
         tail = (1.0 - confidence) / 2.0
         lows, highs = np.quantile(boot, tail, axis=1), np.quantile(boot, 1.0 - tail, axis=1)
+        if widen != 1.0:  # about the estimate, on the log scale
+            lows, highs = estimate * (lows / estimate) ** widen, estimate * (highs / estimate) ** widen
     for i, qq in enumerate(quantiles):
         item = QuantileSpeedup(metric=metric, quantile=qq, estimate=float(estimate[i]))
         if b.size >= sequential.MIN_PAIRS:
@@ -321,12 +330,42 @@ BOOTSTRAP_CHUNK = 1 << 20
 BOOTSTRAP_WINDOW_SD = 5.0
 
 
+def bootstrap_block(n: int, unit: int, confidence: float) -> tuple[int, float]:
+    """The block of the tails' bootstrap for `n` pairs of a stage whose sampling unit is `unit` pairs,
+    and the factor that widens its percentile interval about the estimate.
+
+    The blocks are the speed-up interval's (`sequential.block_size`: at least one unit, at most
+    `sequential.MAX_BLOCKS` of them). With G blocks the bootstrap's spread is that of G independent
+    blocks, too small by sqrt(G / (G - 1)) (as CR1 corrects), and its quantiles are the normal's where
+    G - 1 degrees of freedom want the t's: the factor is sqrt(G / (G - 1)) t_{G-1} / z (1 for a unit
+    of one pair: the plain paired bootstrap, unchanged). Measured in `benchmarks/verdict/tails.py`."""
+    block = sequential.block_size(n, unit)
+    if block <= 1:
+        return 1, 1.0
+    g = max(2, n // block)
+    p = 0.5 + confidence / 2.0
+    return block, math.sqrt(g / (g - 1)) * float(stats.t.ppf(p, g - 1) / stats.norm.ppf(p))
+
+
+def block_draws(rng: np.random.Generator, rows: int, n: int, block: int) -> npt.NDArray[np.intp]:
+    """`rows` resamples of n indices of 0..n-1: iid draws (`block` 1: `rng.integers(0, n, (rows, n))`),
+    else circular blocks of `block` consecutive indices from uniform starts, cut to n per row."""
+    if block <= 1 or n < 2:
+        return rng.integers(0, n, size=(rows, n))
+    block = min(block, n)
+    count = -(-n // block)
+    starts = rng.integers(0, n, size=(rows, count))
+    draws = (starts[:, :, None] + np.arange(block)).reshape(rows, count * block)[:, :n]
+    return np.asarray(draws % n, dtype=np.intp)
+
+
 def bootstrap_quantiles(
-    samples: Sequence[FloatArray], q: FloatArray, *, rng: np.random.Generator
+    samples: Sequence[FloatArray], q: FloatArray, *, rng: np.random.Generator, block: int = 1
 ) -> list[FloatArray]:
     """Quantiles `q` of `BOOTSTRAP_RESAMPLES` paired resamples of equally long `samples`: for each
-    sample, exactly `np.quantile(sample[idx], q, axis=1)` with `idx = rng.integers(0, n, (B, n))`
-    (the same draws, order statistics and linear interpolation), shape (len(q), B).
+    sample, exactly `np.quantile(sample[idx], q, axis=1)` with `idx = block_draws(rng, B, n, block)`
+    (iid draws for `block` 1, circular blocks of `block` consecutive pairs else; the same draws,
+    order statistics and linear interpolation), shape (len(q), B).
 
     Without forming `sample[idx]` (B x n floats, 200 MB at 12,500 pairs, and a partition of it
     per quantile call): the draws come `BOOTSTRAP_CHUNK` at a time and each row's draws are counted
@@ -368,7 +407,7 @@ def bootstrap_quantiles(
     rows = max(1, BOOTSTRAP_CHUNK // n)
     for start in range(0, BOOTSTRAP_RESAMPLES, rows):
         m = min(rows, BOOTSTRAP_RESAMPLES - start)
-        idx = rng.integers(0, n, size=(m, n))
+        idx = block_draws(rng, m, n, block)
         idx += np.arange(m)[:, None] * n
         counts = np.bincount(idx.ravel(), minlength=m * n).reshape(m, n)
         sums = np.add.reduceat(np.take(counts, by_group, axis=1), firsts, axis=1)  # (m, groups)
@@ -468,8 +507,10 @@ def quantile_change(
     quantile: float,
     confidence: float,
     rng: np.random.Generator,
+    unit: int = 1,
 ) -> QuantileChange | None:
-    """treatment quantile / control quantile and treatment - control, over pairs (same resamples for both)."""
+    """treatment quantile / control quantile and treatment - control, over pairs (same resamples for
+    both, in blocks of `unit` consecutive pairs)."""
     b = np.asarray(control, dtype=np.float64)
     c = np.asarray(treatment, dtype=np.float64)
     keep = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
@@ -479,10 +520,14 @@ def quantile_change(
     qb, qc = float(np.quantile(b, quantile)), float(np.quantile(c, quantile))
     if b.size < sequential.MIN_PAIRS:
         return QuantileChange(qc / qb, qc - qb, None, None)
-    boot_b, boot_c = (boot[0] for boot in bootstrap_quantiles((b, c), np.array([quantile]), rng=rng))
+    block, widen = bootstrap_block(b.size, unit, confidence)
+    drawn = bootstrap_quantiles((b, c), np.array([quantile]), rng=rng, block=block)
+    boot_b, boot_c = (boot[0] for boot in drawn)
     tail = (1.0 - confidence) / 2.0
-    ratio = np.quantile(boot_c / boot_b, [tail, 1.0 - tail])
-    diff = np.quantile(boot_c - boot_b, [tail, 1.0 - tail])
-    return QuantileChange(
-        qc / qb, qc - qb, (float(ratio[0]), float(ratio[1])), (float(diff[0]), float(diff[1]))
-    )
+    ratio, diff = qc / qb, qc - qb
+    ratio_ci = tuple(float(v) for v in np.quantile(boot_c / boot_b, [tail, 1.0 - tail]))
+    diff_ci = tuple(float(v) for v in np.quantile(boot_c - boot_b, [tail, 1.0 - tail]))
+    if widen != 1.0:  # about the estimates: the ratio on the log scale
+        ratio_ci = tuple(ratio * (v / ratio) ** widen for v in ratio_ci)
+        diff_ci = tuple(diff + widen * (v - diff) for v in diff_ci)
+    return QuantileChange(ratio, diff, (ratio_ci[0], ratio_ci[1]), (diff_ci[0], diff_ci[1]))

@@ -137,15 +137,17 @@ def guardrails(
     *,
     rng: np.random.Generator,
     acc_counts: tuple[int, int] = (0, 0),
+    unit: int = 1,
 ) -> list[GuardrailResult]:
-    """Every configured guardrail of one stage, with its estimate, interval and outcome."""
+    """Every configured guardrail of one stage, with its estimate, interval and outcome (`unit`: the
+    stage's sampling unit in pairs, the bootstrap's block)."""
     g = spec.analysis.guardrails
     conf = spec.analysis.confidence
     out: list[GuardrailResult] = []
     both = pairs.both_ok()
 
     if g.max_ttft_regression is not None:
-        out.append(ttft_regression(spec, both, rng=rng))
+        out.append(ttft_regression(spec, both, rng=rng, unit=unit))
     out.extend(slo_guardrails(spec, pairs, confidence=conf))
 
     out.extend(decided_guardrails(spec.analysis, pairs, greedy=spec.workload.sampling.temperature == 0.0))
@@ -239,7 +241,7 @@ def is_failing(g: GuardrailResult) -> bool:
 
 
 def ttft_regression(
-    spec: ExperimentSpec, both: Sequence[tuple[Request, Request]], *, rng: np.random.Generator
+    spec: ExperimentSpec, both: Sequence[tuple[Request, Request]], *, rng: np.random.Generator, unit: int = 1
 ) -> GuardrailResult:
     """p90 TTFT, treatment over control: a regression beyond `maxTtftRegression` *and* `ttftToleranceMs`.
 
@@ -252,7 +254,7 @@ def ttft_regression(
         name="ttftRegression", limit=limit, tolerance=g.ttft_tolerance_ms, outcome=Outcome.NOT_EVALUATED
     )
     b, c = paired_values(both, "ttft")
-    change = quantile_change(b, c, quantile=0.9, confidence=spec.analysis.confidence, rng=rng)
+    change = quantile_change(b, c, quantile=0.9, confidence=spec.analysis.confidence, rng=rng, unit=unit)
     if change is None:
         return item
     item.estimate, item.difference = change.ratio - 1.0, change.difference
@@ -351,22 +353,29 @@ def goodput_guardrail(analysis: AnalysisSpec, pairs: Pairs) -> GuardrailResult:
     return item
 
 
-def categories(spec: ExperimentSpec, both: Sequence[tuple[Request, Request]]) -> list[CategoryResult]:
+def categories(
+    spec: ExperimentSpec, both: Sequence[tuple[Request, Request]], *, unit: int = 1
+) -> list[CategoryResult]:
     """Speed-up (paired t interval, informative) and acceptance per prompt category, by name.
 
     Speculation helps code and math more than open chat; this shows which traffic benefits. Empty
-    when no pair carries a category; pairs without one are left out.
+    when no pair carries a category; pairs without one are left out. `unit`: the stage's sampling
+    unit in pairs (`_groups`).
     """
-    return _groups(spec, both, lambda pair: pair[1].category or pair[0].category, order=str)
+    return _groups(spec, both, lambda pair: pair[1].category or pair[0].category, order=str, unit=unit)
 
 
-def turns(spec: ExperimentSpec, both: Sequence[tuple[Request, Request]]) -> list[CategoryResult]:
+def turns(
+    spec: ExperimentSpec, both: Sequence[tuple[Request, Request]], *, unit: int = 1
+) -> list[CategoryResult]:
     """Multi-turn sessions: the same per turn index (`name` is the turn, from 1), in turn order.
 
     Later turns carry longer prompts, mostly served from the prefix cache; this shows whether the
     speed-up holds as a conversation grows. Empty without sessions.
     """
-    return _groups(spec, both, lambda pair: None if pair[1].turn is None else str(pair[1].turn), order=int)
+    return _groups(
+        spec, both, lambda pair: None if pair[1].turn is None else str(pair[1].turn), order=int, unit=unit
+    )
 
 
 def _groups(
@@ -375,8 +384,12 @@ def _groups(
     key: Callable[[tuple[Request, Request]], str | None],
     *,
     order: Callable[[str], Any],
+    unit: int = 1,
 ) -> list[CategoryResult]:
-    """Speed-up and acceptance of the pairs grouped by `key` (None: left out), groups sorted by `order`."""
+    """Speed-up and acceptance of the pairs grouped by `key` (None: left out), groups sorted by `order`.
+
+    A group's pairs share engine batches as the stage's do: a group with a share s of the stage's
+    pairs has about s·`unit` of them in each sampling unit, its interval's unit (issue 35 item 1)."""
     a = spec.analysis
     by_name: dict[str, list[tuple[Request, Request]]] = {}
     for pair in both:
@@ -395,6 +408,7 @@ def _groups(
             confidence=a.confidence,
             sequential_ci=False,
             higher_is_better=a.primary_metric is PrimaryMetric.THROUGHPUT,
+            unit=max(1, round(unit * len(group) / len(both))),
         )
         acc = (
             acceptance_counts([t for _, t in group], None, k=spec.speculative.num_speculative_tokens)[0]

@@ -117,6 +117,7 @@ def analyse_stage(
     both = pairs.both_ok()
     b, c = paired_values(both, metric)
     higher = a.primary_metric is PrimaryMetric.THROUGHPUT
+    unit = sampling_unit(stage.concurrency, stage.rate, list(pairs.treatment.values()))
     mv = compare(
         b,
         c,
@@ -128,7 +129,7 @@ def analyse_stage(
         horizon=spec.stage_requests(stage),
         higher_is_better=higher,
         first_look=sequential.first_look(stage.concurrency),
-        unit=sampling_unit(stage.concurrency, stage.rate, list(pairs.treatment.values())),
+        unit=unit,
     )
     result.speedup = Speedup(
         metric=metric,
@@ -142,7 +143,7 @@ def analyse_stage(
         min_detectable=mv.detectable,
     )
     result.tails = quantile_speedups(
-        b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher
+        b, c, metric=metric, confidence=a.confidence, rng=rng, higher_is_better=higher, unit=unit
     )
     server = window.server.get(Arm.TREATMENT) if window is not None else None
     result.acceptance, acc_counts = (
@@ -150,9 +151,9 @@ def analyse_stage(
         if spec.speculates
         else (None, (0, 0))  # an A/A run drafts nothing: no acceptance to estimate, not even a proxy
     )
-    result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts)
-    result.categories = categories(spec, both)
-    result.turns = turns(spec, both)
+    result.guardrails = guardrails(spec, pairs, result.acceptance, rng=rng, acc_counts=acc_counts, unit=unit)
+    result.categories = categories(spec, both, unit=unit)
+    result.turns = turns(spec, both, unit=unit)
     om = output_match(result)
     result.output_match = om.estimate if om is not None else None
 

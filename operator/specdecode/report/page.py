@@ -285,6 +285,7 @@ def render_html(
         "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
         "with the repeated confidence interval of a group-sequential design (error spent over "
         "looks planned from the stage's request bound) when sequential analysis is on (else a paired t "
-        "interval); tails by paired bootstrap; error rate and output match by Clopper–Pearson.</p>"
+        "interval), both over blocks of the stage's sampling unit (waves, requests in flight); tails by a "
+        "paired block bootstrap; error rate and output match by Clopper–Pearson.</p>"
     )
     return "".join(head + body) + "</body></html>\n"
