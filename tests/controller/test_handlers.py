@@ -597,10 +597,13 @@ def test_a_new_experiment_s_first_tick_accepts_it_and_creates_its_arms(
     """Not an interval later: with 50 experiments applied together, that interval was most of
     apply -> first child (benchmarks/README.md, "Many experiments")."""
     client = FakeKube()
-    status = run(Operator(client, document()))
+    status = run(Operator(client, document(requestsPerStage=300)))  # no WeakDesign: 300 show the guardrails
     assert (status["phase"], status["observedGeneration"]) == ("Deploying", 1), status
     assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
     assert [reason for reason, _ in operator_events] == ["Accepted", "Deploying"]
+    operator_events.clear()
+    run(Operator(FakeKube(), document()))  # 100 requests a stage: the default guardrails need 299
+    assert [reason for reason, _ in operator_events] == ["Accepted", "WeakDesign", "Deploying"]
 
 
 def test_analyzing_is_written_before_the_tick_judges_the_results(

@@ -28,19 +28,51 @@ def test_a_closed_loop_stage_of_fewer_than_four_waves_is_advised_against_naming_
     s = parsed(
         stages=[{"name": "c1", "concurrency": 1}, {"name": "c64", "concurrency": 64}], requestsPerStage=64
     )
-    (found,) = advice.advice(s)
+    waves = [f for f in advice.advice(s) if "wave(s)" in f.message]  # (the guardrails' advice: below)
+    (found,) = waves
     assert found.path == "spec.workload.stages[1]"
     assert "stage c64: 64 requests at concurrency 64 run as about 1.0 wave(s)" in found.message
     assert "at least 4 x 64 = 256 requests (requestsPerStage)" in found.message
-    enough = parsed(stages=[{"name": "c64", "concurrency": 64, "requests": 256}])
+    enough = parsed(stages=[{"name": "c64", "concurrency": 64, "requests": 300}])
     assert advice.advice(enough) == []
-    open_loop = parsed(stages=[{"name": "r1", "rate": 1.0}], requestsPerStage=20)
+    open_loop = parsed(stages=[{"name": "r1", "rate": 1.0}], requestsPerStage=300)
     assert advice.advice(open_loop) == []
+
+
+def test_a_stage_too_short_to_show_its_guardrails_is_advised_against_naming_the_limits_and_the_fix() -> None:
+    """Issue 35: at the defaults (1% errors, 99% output match, 95%) 299 clean requests show the
+    guardrails; a stage of fewer ends GuardrailUndecided however fast the treatment."""
+    s = parsed(
+        stages=[{"name": "r1", "rate": 1.0}, {"name": "r2", "rate": 2.0, "requests": 300}],
+        requestsPerStage=200,
+    )
+    (found,) = advice.advice(s)
+    assert found.path == "spec.workload.stages[0]"
+    assert found.message == (
+        "stage r1: 200 requests cannot show errorRate <= 0.01 and outputMatch >= 0.99 at confidence 0.95 "
+        "(299 clean requests do), so it ends Inconclusive (GuardrailUndecided) however fast the treatment "
+        "is: give it at least 299 requests (requestsPerStage) or loosen spec.analysis.guardrails.maxErrorRate "
+        "and spec.analysis.guardrails.minOutputMatch"
+    )
+    doc = experiment_document(analysis={"guardrails": {"maxErrorRate": 0.05}})
+    doc["spec"]["workload"] = {"stages": [{"name": "r1", "rate": 1.0, "requests": 100}]}
+    (looser,) = advice.advice(validation.parse_experiment(doc)[0])  # 59 show 5%: outputMatch is left
+    assert "cannot show outputMatch >= 0.99 at confidence 0.95 (299 clean requests do)" in looser.message
+    assert looser.message.endswith("(its requests) or loosen spec.analysis.guardrails.minOutputMatch")
+    doc["spec"]["workload"]["sampling"] = {"temperature": 0.7}  # no output match judged when sampling
+    assert advice.advice(validation.parse_experiment(doc)[0]) == []
+    doc["spec"]["workload"]["sampling"] = {}
+    doc["spec"]["analysis"] = {"mode": "NoiseFloor"}  # an A/A run judges no guardrail
+    assert advice.advice(validation.parse_experiment(doc)[0]) == []
 
 
 def test_a_sweep_s_generated_stages_are_advised_against_by_the_sweep() -> None:
     s = parsed(stages=None, sweep={"concurrency": {"values": [1, 64]}}, requestsPerStage=60)
-    assert [f.path for f in advice.advice(s)] == ["spec.workload.sweep"]
+    waves, shown = advice.advice(s)  # c64's waves; then both stages too short for the guardrails, in one line
+    assert (waves.path, shown.path) == ("spec.workload.sweep", "spec.workload.sweep")
+    assert "stage c64: 60 requests at concurrency 64" in waves.message
+    assert shown.message.startswith("stages c1, c64: 60 requests cannot show errorRate <= 0.01")
+    assert "so each ends Inconclusive (GuardrailUndecided)" in shown.message
 
 
 def test_validate_prints_the_advice_as_a_warning_and_still_succeeds(tmp_path: Path) -> None:
@@ -64,7 +96,9 @@ def test_the_operator_posts_the_advice_when_it_accepts_a_generation() -> None:
     s = parsed(stages=[{"name": "c16", "concurrency": 16}], requestsPerStage=40)
     decision = reconcile.decide(reconcile.Subject("exp", 1, s), ExperimentStatus(), reconcile.Observed(), T0)
     weak = [e for e in decision.events if e.reason == "WeakDesign"]
-    assert len(weak) == 1 and weak[0].type == "Warning" and "stage c16" in weak[0].message
+    assert [e.type for e in weak] == ["Warning", "Warning"]  # too few waves, too few to show the guardrails
+    assert "stage c16: 40 requests at concurrency 16" in weak[0].message
+    assert "stage c16: 40 requests cannot show" in weak[1].message
 
 
 def test_a_closed_loop_stage_is_not_looked_at_before_four_waves() -> None:
