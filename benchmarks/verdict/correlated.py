@@ -135,7 +135,7 @@ def stage(config: str, requests: int, seed: int) -> tuple[np.ndarray, int]:
     if concurrency is not None:
         unit = concurrency
     else:
-        unit = max(1, math.ceil(float(config[1:]) * float(np.mean(t_e2e))))
+        unit = max(1, math.ceil(2.0 * float(config[1:]) * float(np.mean(t_e2e))))  # pairing.sampling_unit
     return d, unit
 
 

@@ -5,8 +5,8 @@ with their own acceptance seeds, each arm's host noisy as a shared server is): t
 exchangeable, so every true quantile ratio control/treatment is exactly 1.0. Each stage's tails are
 judged by the shipped code (`comparison.quantile_speedups`, the percentile bootstrap of the
 quantile ratio) twice: resampling pairs (block 1, the rule before issue 35) and resampling circular
-blocks of the stage's sampling unit (`pairing.sampling_unit`: the concurrency, or the requests in
-flight of an open loop), the default since. Reported per configuration: how often each interval
+blocks of the stage's sampling unit (`pairing.sampling_unit`: the concurrency, or twice the requests
+in flight of an open loop), the default since. Reported per configuration: how often each interval
 contains 1.0 (nominal 95%), with its 95% Wilson interval over the runs, and the median width ratio
 (blocked / iid).
 
@@ -50,7 +50,7 @@ def one(args: tuple[str, int, int, tuple[float, float]]) -> dict[str, Any]:
     unit = (
         concurrency
         if concurrency is not None
-        else max(1, math.ceil(float(config[1:]) * float(np.mean(t_e2e))))
+        else max(1, math.ceil(2.0 * float(config[1:]) * float(np.mean(t_e2e))))
     )
     out: dict[str, Any] = {"unit": unit}
     for design, block in (("iid", 1), ("blocked", unit)):
