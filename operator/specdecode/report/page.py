@@ -150,10 +150,26 @@ def render_html(
     *,
     name: str = "",
 ) -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string: the verdict, what weakened the measurement, the speed-up
+    versus load, the recommendation, the stages, validity, provenance and the method."""
+    body = [
+        *_warnings(status),
+        *([_noise_floor_section(status.noise_floor)] if status.noise_floor is not None else []),
+        *_speedup_chart(status, spec),
+        *_recommendation(status),
+        *_stages(status, records),
+        *_validity(status, windows),
+        *_provenance(status, spec),
+        _METHOD,
+    ]
+    return "".join([*_head(status, spec, name), *body]) + "</body></html>\n"
+
+
+def _head(status: ExperimentStatus, spec: ExperimentSpec, name: str) -> list[str]:
+    """The title, the verdict with its reason, why, the message and what was compared."""
     title = f"specdecode report{': ' + name if name else ''}"
     verdict = str(status.verdict) if status.verdict is not None else str(status.phase)
-    head = [
+    return [
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
@@ -167,6 +183,10 @@ def render_html(
         f"confidence {spec.analysis.confidence:g}; requireStages {escape(plain(spec.analysis.require_stages))}; "
         f"sequential {'on' if spec.analysis.sequential else 'off'}</p>",
     ]
+
+
+def _warnings(status: ExperimentStatus) -> list[str]:
+    """What weakened the measurement before the load: degraded speculation, arms' pods that differ."""
     body: list[str] = []
     if status.degradations:
         body.append(
@@ -187,8 +207,11 @@ def render_html(
             )
             + "</ul>"
         )
-    if status.noise_floor is not None:
-        body.append(_noise_floor_section(status.noise_floor))
+    return body
+
+
+def _speedup_chart(status: ExperimentStatus, spec: ExperimentSpec) -> list[str]:
+    """The primary metric's speed-up per stage, with its interval, against minSpeedup."""
     metric = spec.analysis.primary_metric.value
     points = [
         svg.Interval(
@@ -201,8 +224,8 @@ def render_html(
         for s in status.stages
         if s.speedup is not None and s.speedup.estimate is not None
     ]
-    body.append("<h2>Speed-up versus load</h2>")
-    body.append(
+    return [
+        "<h2>Speed-up versus load</h2>",
         svg.intervals(
             f"{metric} speed-up (control / treatment)",
             points,
@@ -211,8 +234,13 @@ def render_html(
             reference_label=f"minSpeedup {spec.analysis.min_speedup:g}",
             width=720,
             height=360,
-        )
-    )
+        ),
+    ]
+
+
+def _recommendation(status: ExperimentStatus) -> list[str]:
+    """The break-even search's result and the recommendation, with its schedule and confirmation."""
+    body: list[str] = []
     if status.search is not None:
         body.append("<h2>Break-even search</h2><p>" + escape(search.describe(status.search)) + "</p>")
     rec = status.recommendation
@@ -237,7 +265,12 @@ def render_html(
             )
         if rec.confirmation_reason is not None:
             body.append(f"<p>{escape(confirm.summary(rec))}</p>")
-    body.append("<h2>Stages</h2>")
+    return body
+
+
+def _stages(status: ExperimentStatus, records: Sequence[Request]) -> list[str]:
+    """One section per stage, after the notes that apply to all of them."""
+    body = ["<h2>Stages</h2>"]
     if status.environment is not None and status.environment.prefix_caching:
         body.append(f"<p>{escape(terminal.PREFIX_CACHING_NOTE)}</p>")
     missing = telemetry.absent(status.stages)
@@ -245,7 +278,12 @@ def render_html(
         body.append(f"<p class=muted>{escape(missing)}</p>")
     for stage in status.stages:
         body.append(stage_section(stage, records))
-    body.append("<h2>Validity</h2>")
+    return body
+
+
+def _validity(status: ExperimentStatus, windows: Sequence[StageWindow]) -> list[str]:
+    """The load generator's validity block and each stage's window."""
+    body = ["<h2>Validity</h2>"]
     validity = status.validity.wire() if status.validity is not None else {}
     body.append(facts_table(validity) if validity else "<p class=muted>no validity block was recorded</p>")
     if windows:
@@ -257,7 +295,12 @@ def render_html(
             )
             + "</table>"
         )
-    body.append("<h2>Provenance</h2>")
+    return body
+
+
+def _provenance(status: ExperimentStatus, spec: ExperimentSpec) -> list[str]:
+    """Where the arms ran, the crossover, and what was measured."""
+    body = ["<h2>Provenance</h2>"]
     body.append(_hosts_section(status))
     body.append(_crossover_section(status))
     env = status.environment.wire() if status.environment is not None else {}
@@ -281,11 +324,14 @@ def render_html(
         )
         + "</table>"
     )
-    body.append(
-        "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
-        "with the repeated confidence interval of a group-sequential design (error spent over "
-        "looks planned from the stage's request bound) when sequential analysis is on (else a paired t "
-        "interval), both over blocks of the stage's sampling unit (waves, requests in flight); tails by a "
-        "paired block bootstrap; error rate and output match by Clopper–Pearson.</p>"
-    )
-    return "".join(head + body) + "</body></html>\n"
+    return body
+
+
+#: How the figures were computed, the report's last line.
+_METHOD = (
+    "<p class=muted>Method: speed-up = geometric mean of per-request control/treatment ratios, "
+    "with the repeated confidence interval of a group-sequential design (error spent over "
+    "looks planned from the stage's request bound) when sequential analysis is on (else a paired t "
+    "interval), both over blocks of the stage's sampling unit (waves, requests in flight); tails by a "
+    "paired block bootstrap; error rate and output match by Clopper–Pearson.</p>"
+)
