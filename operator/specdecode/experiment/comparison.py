@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -144,13 +144,7 @@ def compare(
     if n == 0:
         return MetricVerdict(Label.NO_DATA, None, None, None, 0, f"no valid {metric} pairs", method)
     mean = float(np.mean(d))
-    short = (
-        f"fewer than {need}"
-        if n < need
-        else f"fewer than two sampling units of {unit} (waves or requests in flight)"
-        if sequential.blocks_of(n, unit) < 2
-        else None
-    )
+    short = _too_few(n, need, unit)
     if short is not None:
         return MetricVerdict(
             Label.NO_DATA, math.exp(mean), None, None, n, f"{n} valid {metric} pairs, {short}", method
@@ -195,6 +189,15 @@ def compare(
         unit=unit,
     )
     return MetricVerdict(label, math.exp(mean), ci, p, n, f"{metric} {why}", method, decided_at, floor)
+
+
+def _too_few(n: int, need: int, unit: int) -> str | None:
+    """Why `n` pairs get no interval (fewer than `need`, or fewer than two sampling units of `unit`), or None."""
+    if n < need:
+        return f"fewer than {need}"
+    if sequential.blocks_of(n, unit) < 2:
+        return f"fewer than two sampling units of {unit} (waves or requests in flight)"
+    return None
 
 
 def paired_t(
@@ -312,8 +315,11 @@ def quantile_speedups(
         boot = boot_num / boot_den  # (len(q), B)
         tail = (1.0 - confidence) / 2.0
         lows, highs = np.quantile(boot, tail, axis=1), np.quantile(boot, 1.0 - tail, axis=1)
-        if widen != 1.0:  # about the estimate, on the log scale
-            lows, highs = estimate * (lows / estimate) ** widen, estimate * (highs / estimate) ** widen
+        if widen != 1.0:
+            lows, highs = (
+                _widened(estimate, lows, widen, log=True),
+                _widened(estimate, highs, widen, log=True),
+            )
     for i, qq in enumerate(quantiles):
         item = QuantileSpeedup(metric=metric, quantile=qq, estimate=float(estimate[i]))
         if b.size >= sequential.MIN_PAIRS:
@@ -345,6 +351,12 @@ def bootstrap_block(n: int, unit: int, confidence: float) -> tuple[int, float]:
     g = max(2, n // block)
     p = 0.5 + confidence / 2.0
     return block, math.sqrt(g / (g - 1)) * float(stats.t.ppf(p, g - 1) / stats.norm.ppf(p))
+
+
+def _widened(estimate: Any, bound: Any, widen: float, *, log: bool) -> Any:
+    """An interval's `bound` moved `widen` times as far from `estimate` (on the log scale for a
+    ratio); floats or arrays alike (`bootstrap_block`'s factor)."""
+    return estimate * (bound / estimate) ** widen if log else estimate + widen * (bound - estimate)
 
 
 def block_draws(rng: np.random.Generator, rows: int, n: int, block: int) -> npt.NDArray[np.intp]:
@@ -527,7 +539,7 @@ def quantile_change(
     ratio, diff = qc / qb, qc - qb
     ratio_ci = tuple(float(v) for v in np.quantile(boot_c / boot_b, [tail, 1.0 - tail]))
     diff_ci = tuple(float(v) for v in np.quantile(boot_c - boot_b, [tail, 1.0 - tail]))
-    if widen != 1.0:  # about the estimates: the ratio on the log scale
-        ratio_ci = tuple(ratio * (v / ratio) ** widen for v in ratio_ci)
-        diff_ci = tuple(diff + widen * (v - diff) for v in diff_ci)
+    if widen != 1.0:
+        ratio_ci = tuple(_widened(ratio, v, widen, log=True) for v in ratio_ci)
+        diff_ci = tuple(_widened(diff, v, widen, log=False) for v in diff_ci)
     return QuantileChange(ratio, diff, (ratio_ci[0], ratio_ci[1]), (diff_ci[0], diff_ci[1]))
