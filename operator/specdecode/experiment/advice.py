@@ -26,15 +26,16 @@ def advice(s: spec.ExperimentSpec) -> list[Problem]:
     in one line)."""
     found: list[Problem] = []
     generated = s.workload.sweep is not None
-    short: dict[tuple[str, int], list[str]] = {}
+    limits = _limits(s)
+    short: dict[tuple[str, int, bool], list[str]] = {}
     for i, stage in enumerate(s.workload.stages):
         where = "spec.workload.sweep" if generated else f"spec.workload.stages[{i}]"
         found.extend(_waves(s, stage, where))
         n = s.stage_requests(stage)
-        if _unshown(s, n):
-            short.setdefault((where, n), []).append(stage.name)
-    for (where, n), names in short.items():
-        found.append(_guardrails(s, where, n, names, requests_per_stage=generated or _default(s, names[0])))
+        if any(n < needed for *_, needed in limits):
+            short.setdefault((where, n, generated or stage.requests is None), []).append(stage.name)
+    for (where, n, per_stage), names in short.items():
+        found.append(_guardrails(s, limits, where, n, names, requests_per_stage=per_stage))
     return found
 
 
@@ -55,20 +56,17 @@ def _limits(s: spec.ExperimentSpec) -> list[tuple[str, str, int]]:
     ]
 
 
-def _unshown(s: spec.ExperimentSpec, n: int) -> bool:
-    return any(n < needed for *_, needed in _limits(s))
-
-
-def _default(s: spec.ExperimentSpec, name: str) -> bool:
-    """Whether stage `name` takes requestsPerStage (no `requests` of its own)."""
-    return next(stage for stage in s.workload.stages if stage.name == name).requests is None
-
-
 def _guardrails(
-    s: spec.ExperimentSpec, where: str, n: int, names: list[str], *, requests_per_stage: bool
+    s: spec.ExperimentSpec,
+    limits: list[tuple[str, str, int]],
+    where: str,
+    n: int,
+    names: list[str],
+    *,
+    requests_per_stage: bool,
 ) -> Problem:
-    """Stages of `n` requests too few to show errorRate and (greedy) outputMatch at their limits."""
-    short = [(name, words, needed) for name, words, needed in _limits(s) if n < needed]
+    """Stages of `n` requests too few to show errorRate and (greedy) outputMatch at their `limits`."""
+    short = [(name, words, needed) for name, words, needed in limits if n < needed]
     most = max(needed for *_, needed in short)
     which = f"stage {names[0]}" if len(names) == 1 else "stages " + ", ".join(names)
     return Problem(
