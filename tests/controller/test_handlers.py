@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 
@@ -207,6 +208,89 @@ def test_a_child_the_api_server_refuses_as_invalid_fails_at_once_without_arms(
     assert "verdict" not in status
     assert client.names(kube.DEPLOYMENT) == []
     assert ("ChildRejected", status["message"]) in operator_events
+
+
+def test_a_later_child_refused_after_the_arms_fails_and_deletes_the_arms(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """The arms are created first; the API server then refuses the spec ConfigMap (422). The
+    failure must not leave both GPU arms running (on main: Failed/ChildRejected, arms kept, and no
+    later tick, since a Failed experiment is not reconciled)."""
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(422, 'ConfigMap "exp-spec" is invalid: []: Too long: must have at most 1048576 bytes')
+        if (method, kind) == ("POST", kube.CONFIG_MAP)
+        else None
+    )
+    operator = Operator(client, document())
+    status = run(operator, 2)
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildRejected"), status
+    assert "ConfigMap exp-spec (HTTP 422)" in status["message"]
+    assert client.names(kube.DEPLOYMENT) == []
+    assert status["cleanup"] == "Deleted"
+    assert not handlers._needs_reconcile(body=kopf.Body(operator.body))
+
+
+def test_a_failure_under_cleanup_never_keeps_the_arms_at_zero_replicas_and_says_so(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    client = FakeKube()
+    client.refuse = lambda method, kind, obj: (
+        refusal(422, 'ConfigMap "exp-spec" is invalid')
+        if (method, kind) == ("POST", kube.CONFIG_MAP)
+        else None
+    )
+    doc = document()
+    doc["spec"]["cleanup"] = "Never"
+    status = run(Operator(client, doc), 2)
+    assert (status["phase"], status["reason"], status["cleanup"]) == (
+        "Failed",
+        "ChildRejected",
+        "ScaledToZero",
+    )
+    assert "kept at 0 replicas (spec.cleanup: Never): their GPUs are free" in status["message"]
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    assert [client.named(kube.DEPLOYMENT, n)["spec"]["replicas"] for n in client.names(kube.DEPLOYMENT)] == [
+        0,
+        0,
+    ]
+
+
+def test_a_cleanup_that_fails_is_finished_by_a_restarted_operator(
+    operator_events: list[tuple[str, str]],
+) -> None:
+    """The arms' DELETE fails when the experiment ends: it stays Failed, status.cleanup Retrying,
+    and is still reconciled; an operator started afresh (nothing in memory) deletes the arms."""
+    client = FakeKube()
+    operator = Operator(client, document())
+    run(operator, 2)
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    client.refuse = lambda method, kind, obj: (
+        refusal(500, "etcd timeout") if method == "DELETE" and kind == kube.DEPLOYMENT else None
+    )
+    status = run(operator, now=T0 + timedelta(minutes=31))  # past the deploy deadline: Failed
+    assert (status["phase"], status["reason"], status["cleanup"]) == (
+        "Failed",
+        "DeployDeadlineExceeded",
+        "Retrying",
+    ), status
+    assert "cleaning up the arms failed" in status["message"]
+    assert client.names(kube.DEPLOYMENT) == ["exp-control", "exp-treatment"]
+    assert handlers._needs_reconcile(body=kopf.Body(operator.body))
+    assert run(operator, now=T0 + timedelta(minutes=32))["cleanup"] == "Retrying"  # still refused
+
+    client.refuse = lambda method, kind, obj: None
+    restarted = Operator(client, operator.body)
+    status = run(restarted, now=T0 + timedelta(minutes=33))
+    assert (status["phase"], status["reason"], status["cleanup"]) == (
+        "Failed",
+        "DeployDeadlineExceeded",
+        "Deleted",
+    )
+    assert "cleaning up the arms failed" not in status["message"]
+    assert client.names(kube.DEPLOYMENT) == []
+    assert not handlers._needs_reconcile(body=kopf.Body(restarted.body))
+    assert ("CleanedUp", "the arms are deleted") in operator_events
 
 
 def test_an_api_error_on_every_tick_fails_pending_at_the_deploy_deadline(

@@ -7,6 +7,7 @@ measured experiment (pods that really run the simulator and the load) is in test
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import urllib.request
@@ -105,6 +106,153 @@ def test_a_child_the_api_server_refuses_fails_the_experiment_at_once(operator: O
     operator.apply(doc)
     failed_with(operator, "ChildRejected", "Deployment exp-control (HTTP 422)", "nodeSelector")
     assert names(operator, "deployments") == {}
+
+
+@contextlib.contextmanager
+def refused_by_admission(
+    operator: OperatorProcess, name: str, operation: str, resource: str, expression: str
+) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy, bound to the test's namespace, that refuses `operation` on
+    `resource` (apps or core group) where `expression` is false: HTTP 422 Invalid, as the API server
+    answers an object its validation refuses. Removed on leaving (so is the namespace's)."""
+    group = "apps" if resource == "deployments" else ""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [group],
+                        "apiVersions": ["v1"],
+                        "operations": [operation],
+                        "resources": [resource],
+                    }
+                ]
+            },
+            "validations": [{"expression": expression, "message": f"refused by {name}", "reason": "Invalid"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator.namespace}}
+            },
+        },
+    }
+    cluster = operator.cluster
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]})
+    )
+    try:
+        yield
+    finally:
+        cluster.kubectl(
+            "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, check=False
+        )
+
+
+def policy_active(operator: OperatorProcess, probe: dict[str, Any]) -> bool:
+    """Whether the API server now refuses `probe` (a server-side dry run): a new policy takes a
+    moment to be enforced."""
+    res = operator.cluster.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        operator.namespace,
+        "-f",
+        "-",
+        input=json.dumps(probe),
+        check=False,
+    )
+    return res.returncode != 0 and "refused by" in res.stderr
+
+
+def delete_refused(operator: OperatorProcess, deployment: str) -> bool:
+    res = operator.cluster.kubectl(
+        "delete", "--dry-run=server", "-n", operator.namespace, "deployment", deployment, check=False
+    )
+    return res.returncode != 0 and "refused by" in res.stderr
+
+
+SPEC_PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "exp-spec"}}
+
+
+def test_a_child_refused_after_the_arms_exist_frees_their_gpus_even_across_a_failed_cleanup(
+    operator: OperatorProcess,
+) -> None:
+    """The arms are created first, then the API server refuses the spec ConfigMap (422). The arms'
+    DELETE is refused too, so the ending's cleanup fails: the experiment stays Failed with
+    status.cleanup Retrying, and an operator started afresh once DELETE works deletes the arms.
+    (On main: Failed/ChildRejected with both arms running, never cleaned up.)"""
+    probe = {  # a Deployment the delete policy is seen to refuse once it is enforced
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "probe"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "probe"}},
+            "template": {
+                "metadata": {"labels": {"app": "probe"}},
+                "spec": {"containers": [{"name": "c", "image": "probe"}]},
+            },
+        },
+    }
+    operator.cluster.kubectl("create", "-n", operator.namespace, "-f", "-", input=json.dumps(probe))
+    with refused_by_admission(
+        operator, "no-spec-map", "CREATE", "configmaps", "object.metadata.name != 'exp-spec'"
+    ):
+        operator.wait("the spec policy", lambda: policy_active(operator, SPEC_PROBE))
+        with refused_by_admission(operator, "no-arm-delete", "DELETE", "deployments", "false"):
+            operator.wait("the delete policy", lambda: delete_refused(operator, "probe"))
+            operator.apply(experiment())
+            status = failed_with(
+                operator, "ChildRejected", "ConfigMap exp-spec (HTTP 422)", "refused by no-spec-map"
+            )
+            status = operator.wait(
+                "the cleanup retried",
+                lambda: (st := operator.status("exp")).get("cleanup") == "Retrying" and st,
+            )
+            assert "cleaning up the arms failed" in status["message"], status
+            assert set(names(operator, "deployments")) == {"exp-control", "exp-treatment"}
+            operator.stop()
+        operator.start()
+        status = operator.wait(
+            "the restarted operator to clean up",
+            lambda: (st := operator.status("exp")).get("cleanup") == "Deleted" and st,
+        )
+    assert (status["phase"], status["reason"]) == ("Failed", "ChildRejected")
+    assert "cleaning up the arms failed" not in status["message"]
+    operator.wait("the arms deleted", lambda: names(operator, "deployments") == {})
+
+
+def test_a_failure_under_cleanup_never_scales_the_arms_to_zero_and_says_so(operator: OperatorProcess) -> None:
+    with refused_by_admission(
+        operator, "no-spec-map", "CREATE", "configmaps", "object.metadata.name != 'exp-spec'"
+    ):
+        operator.wait("the spec policy", lambda: policy_active(operator, SPEC_PROBE))
+        doc = experiment()
+        doc["spec"]["cleanup"] = "Never"
+        operator.apply(doc)
+        status = failed_with(
+            operator, "ChildRejected", "kept at 0 replicas (spec.cleanup: Never): their GPUs are free"
+        )
+    assert status["cleanup"] == "ScaledToZero"
+    deployments = operator.get("deployments", "", "-l", "specdecode.io/experiment=exp")["items"]
+    assert sorted((d["metadata"]["name"], d["spec"]["replicas"]) for d in deployments) == [
+        ("exp-control", 0),
+        ("exp-treatment", 0),
+    ]
+    operator.wait(
+        "no arm pod", lambda: operator.get("pods", "", "-l", "specdecode.io/experiment=exp")["items"] == []
+    )
 
 
 def failed_with(operator: OperatorProcess, reason: str, *says: str) -> dict[str, Any]:

@@ -231,20 +231,55 @@ def test_only_promote_sets_promoted(verdict: Verdict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "phase_actions"),
+    ("policy", "phase_actions", "cleanup"),
     [
-        ("Always", [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]),
-        ("OnSuccess", [Action.RELEASE_ARMS]),  # kept arms are no longer protected from drains
-        ("Never", [Action.RELEASE_ARMS]),
+        ("Always", [Action.RELEASE_ARMS, Action.CLEANUP_ARMS], status.ArmsCleanup.DELETED),
+        # kept for debugging, but at 0 replicas: no path into Failed holds a GPU
+        ("OnSuccess", [Action.RELEASE_ARMS, Action.SCALE_DOWN_ARMS], status.ArmsCleanup.SCALED_TO_ZERO),
+        ("Never", [Action.RELEASE_ARMS, Action.SCALE_DOWN_ARMS], status.ArmsCleanup.SCALED_TO_ZERO),
     ],
 )
-def test_cleanup_policy_after_a_failure(policy: str, phase_actions: list[Action]) -> None:
+def test_cleanup_policy_after_a_failure(
+    policy: str, phase_actions: list[Action], cleanup: status.ArmsCleanup
+) -> None:
     failure = reconcile.CollectFailure("PrometheusNoData", "no series for the treatment arm")
     decision = reconcile.decide(
         subject(cleanup=policy), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=failure), T0
     )
     assert decision.status.phase is Phase.FAILED
     assert decision.actions == phase_actions
+    assert decision.status.cleanup is cleanup
+    kept = f"the arms' Deployments are kept at 0 replicas (spec.cleanup: {policy}): their GPUs are free"
+    assert (kept in (decision.status.message or "")) is (cleanup is status.ArmsCleanup.SCALED_TO_ZERO)
+    assert condition(decision.status, "Stalled").message == decision.status.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "phase_actions", "cleanup"),
+    [
+        ("Always", [Action.RELEASE_ARMS, Action.CLEANUP_ARMS], status.ArmsCleanup.DELETED),
+        ("OnSuccess", [Action.RELEASE_ARMS, Action.CLEANUP_ARMS], status.ArmsCleanup.DELETED),
+        ("Never", [Action.RELEASE_ARMS], status.ArmsCleanup.KEPT),  # kept running on purpose
+    ],
+)
+def test_cleanup_policy_after_a_verdict(
+    policy: str, phase_actions: list[Action], cleanup: status.ArmsCleanup
+) -> None:
+    decision = reconcile.decide(
+        subject(cleanup=policy),
+        at(Phase.ANALYZING),
+        Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE)),
+        T0,
+    )
+    assert decision.status.phase is Phase.COMPLETED
+    assert decision.actions == phase_actions
+    assert decision.status.cleanup is cleanup
+
+
+def test_an_ending_without_arms_has_nothing_to_clean_up() -> None:
+    failure = reconcile.CollectFailure("PrometheusNoData", "no series for the treatment arm")
+    decision = reconcile.decide(subject(), at(Phase.ANALYZING), Observed(analysis=failure), T0)
+    assert (decision.status.phase, decision.actions, decision.status.cleanup) == (Phase.FAILED, [], None)
 
 
 def test_prometheus_down_is_retried_then_fails_never_promotes() -> None:
@@ -442,16 +477,79 @@ def test_a_fault_while_restarting_still_restarts() -> None:
     assert decision.actions == []
 
 
-def test_a_decided_ending_whose_cleanup_fails_is_kept_and_says_so() -> None:
+def test_a_decided_ending_whose_cleanup_fails_is_kept_and_retried_until_done() -> None:
     ended = reconcile.decide(
         subject(), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=judgement(Verdict.PROMOTE)), T0
     )
     assert ended.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
     decision = reconcile.decide_after_fault(subject(), at(Phase.ANALYZING), REFUSED, T0, attempted=ended)
+    said = decision.status.message or ""
     assert (decision.status.phase, decision.status.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
-    assert "delete Deployments exp-control and exp-treatment by hand" in (decision.status.message or "")
+    assert f"cleaning up the arms failed ({REFUSED.message}): retried every tick" in said
+    assert decision.status.cleanup is status.ArmsCleanup.RETRYING
     assert decision.events[-1].reason == "CleanupFailed"
     assert decision.actions == []
+    # an ended experiment is ticked again while its cleanup is owed (after a restart too: it is in status)
+    assert reconcile.needs_reconcile(decision.status, 1)
+    assert not reconcile.needs_reconcile(ended.status, 1)
+
+    again = reconcile.decide(
+        subject(), decision.status, Observed(arms=ready_arms()), T0 + timedelta(seconds=10)
+    )
+    assert again.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
+    assert again.status.cleanup is status.ArmsCleanup.DELETED
+    assert again.status.message == ended.status.message  # the note goes once the cleanup is done
+    assert (again.status.phase, again.status.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
+    assert not reconcile.needs_reconcile(again.status, 1)
+
+    gone = reconcile.decide(subject(), decision.status, Observed(), T0 + timedelta(seconds=10))
+    assert (gone.actions, gone.status.cleanup) == ([], status.ArmsCleanup.DELETED)
+
+
+def test_a_failure_whose_scale_down_fails_scales_down_again_saying_so_once() -> None:
+    failure = reconcile.CollectFailure("PrometheusNoData", "no series for the treatment arm")
+    ended = reconcile.decide(
+        subject(cleanup="Never"), at(Phase.ANALYZING), Observed(arms=ready_arms(), analysis=failure), T0
+    )
+    retrying = reconcile.decide_after_fault(
+        subject(cleanup="Never"), at(Phase.ANALYZING), REFUSED, T0, attempted=ended
+    )
+    again = reconcile.decide(subject(cleanup="Never"), retrying.status, Observed(arms=ready_arms()), T0)
+    assert again.actions == [Action.RELEASE_ARMS, Action.SCALE_DOWN_ARMS]
+    assert (again.status.cleanup, again.status.message) == (
+        status.ArmsCleanup.SCALED_TO_ZERO,
+        ended.status.message,
+    )
+
+
+def test_an_aborted_experiment_whose_cleanup_failed_deletes_the_arms_and_the_load_again() -> None:
+    aborted = replace(subject(cleanup="Never"), aborted=True)
+    ended = reconcile.decide(
+        aborted, at(Phase.RUNNING), Observed(arms=ready_arms(), job=JobState(exists=True)), T0
+    )
+    assert Action.CLEANUP_ARMS in ended.actions and ended.status.cleanup is status.ArmsCleanup.DELETED
+    retrying = reconcile.decide_after_fault(aborted, at(Phase.RUNNING), REFUSED, T0, attempted=ended)
+    again = reconcile.decide(
+        aborted, retrying.status, Observed(arms=ready_arms(), job=JobState(exists=True)), T0
+    )
+    assert again.actions == [Action.CLEANUP_ARMS, Action.DELETE_LOAD]
+    assert again.status.cleanup is status.ArmsCleanup.DELETED
+
+
+def test_a_later_child_refused_after_the_arms_were_created_deletes_them() -> None:
+    """The tick created the arms, then the API server refused a later child (422): what was
+    observed before showed no arm, but the failure must still free their GPUs."""
+    created = reconcile.decide(subject(), at(Phase.PENDING), Observed(), T0)
+    assert created.actions == [Action.CREATE_ARMS]
+    refused = reconcile.Fault(
+        "ChildRejected", "the API server refused ConfigMap exp-spec (HTTP 422)", True, Action.CREATE_ARMS
+    )
+    failed = reconcile.decide_after_fault(
+        subject(), at(Phase.PENDING), refused, T0, attempted=created, observed=Observed()
+    )
+    assert (failed.status.phase, failed.status.reason) == (Phase.FAILED, "ChildRejected")
+    assert failed.actions == [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
+    assert failed.status.cleanup is status.ArmsCleanup.DELETED
 
 
 def test_a_terminal_experiment_is_left_as_it_is() -> None:

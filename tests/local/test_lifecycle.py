@@ -11,7 +11,7 @@ import pytest
 
 from specdecode.experiment import reconcile, rounds, spec, status, validation
 from specdecode.experiment.reconcile import Action, ArmState, JobState, Observed, PodState
-from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
+from specdecode.experiment.status import ArmsCleanup, ExperimentStatus, Phase, Verdict
 from specdecode.local import lifecycle
 from tests.factories import experiment_document
 
@@ -144,9 +144,11 @@ def test_a_cleanup_that_fails_after_the_verdict_keeps_it_and_says_what_to_delete
     )
     final = drive(world)
     assert (final.phase, final.verdict) == (Phase.COMPLETED, Verdict.PROMOTE)
-    assert "deleting the arms failed (the control arm's processes [42] survived SIGKILL)" in (
-        final.message or ""
-    )
+    assert (
+        "cleaning up the arms failed (the control arm's processes [42] survived SIGKILL): "
+        "stop the arms' processes by hand (the run ends here)"
+    ) in (final.message or "")
+    assert final.cleanup is ArmsCleanup.RETRYING
     assert world.events[-1].reason == "CleanupFailed"
 
 

@@ -108,6 +108,10 @@ async def apply(
             deployment = manifests.Names(name).arm(arm)
             await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
         return
+    if action is reconcile.Action.SCALE_DOWN_ARMS:
+        for arm in spec.Arm:
+            await _scale_to_zero(client, namespace, manifests.Names(name).arm(arm))
+        return
     if action is reconcile.Action.DELETE_LOAD:
         job = manifests.Names(name).load_job_of(last.name if last is not None else None)
         await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
@@ -205,6 +209,21 @@ async def _round_arms(
         }
         # A conflict (someone wrote it since it was read) is retried on the next tick.
         await _child(client.replace(replaced, namespace), what)
+
+
+async def _scale_to_zero(client: kube.Kube, namespace: str, deployment: str, attempts: int = 3) -> None:
+    """The Deployment at 0 replicas (its pods go, their GPUs with them); absent or already there: as
+    is. A write conflict (its controller updated it since it was read) is read and written again;
+    one that persists raises (the cleanup is then retried on the next tick)."""
+    what = f"Deployment {deployment}"
+    for _ in range(attempts):
+        existing = await _child(client.get(kube.DEPLOYMENT, namespace, deployment), what)
+        if existing is None or existing["spec"].get("replicas") == 0:
+            return
+        scaled = {**existing, "spec": {**existing["spec"], "replicas": 0}}
+        if await _child(client.replace(scaled, namespace), what) is not None:
+            return
+    raise ChildFailed(what) from RuntimeError(f"still written by others after {attempts} attempts")
 
 
 async def _child(call: Awaitable[Any], child: str) -> Any:

@@ -55,7 +55,15 @@ from specdecode.experiment.finished import keep_finished as keep_finished
 from specdecode.experiment.finished import with_finished_stages as with_finished_stages
 from specdecode.experiment.round_phases import round_deploying, round_failed, round_running, start_round
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
-from specdecode.experiment.transitions import cleanup_actions, elapsed, enter, fail, with_arm_refs
+from specdecode.experiment.transitions import (
+    cleaned_up,
+    cleanup_failed,
+    elapsed,
+    enter,
+    fail,
+    retry_cleanup,
+    with_arm_refs,
+)
 
 # The tick's vocabulary, for the shells that spell it `reconcile.X`.
 from specdecode.experiment.world import Action as Action
@@ -78,8 +86,10 @@ RETRYING = "retrying: "
 
 
 def needs_reconcile(current: ExperimentStatus, generation: int) -> bool:
-    """Whether the timer has work: an active phase, or a spec change since the status was written."""
-    return current.observed_generation != generation or current.phase.is_active
+    """Whether the timer has work: an active phase, a spec change since the status was written, or
+    an ending whose cleanup failed (status.cleanup Retrying: GPUs may still be held)."""
+    retrying = current.cleanup is status.ArmsCleanup.RETRYING  # an ended experiment's cleanup failed
+    return current.observed_generation != generation or current.phase.is_active or retrying
 
 
 def decide(
@@ -98,7 +108,7 @@ def decide(
     if current.observed_generation != subject.generation:
         return _restart(subject, observed, now)
     if current.phase.is_terminal:
-        return _terminal(subject, current, observed)
+        return _terminal(subject, current, observed, now)
     if subject.aborted:
         return _abort(subject, current, observed, now)
     if subject.spec is None:
@@ -135,6 +145,7 @@ def decide_after_fault(
     *,
     attempted: Decision | None = None,
     observed: Observed | None = None,
+    by_hand: str | None = None,
 ) -> Decision:
     """The status after a tick that raised (`attempted`: its decision, when it got that far;
     `observed`: what it saw, when it got that far: else the arms are taken to exist, so that a
@@ -163,10 +174,7 @@ def decide_after_fault(
             return unkept
         attempted = None  # a verdict is written with its report or not at all: retried as any fault
     if attempted is not None and attempted.status.phase.is_terminal:
-        names = " and ".join(f"{subject.name}-{arm.value}" for arm in spec.Arm)
-        note = f"; deleting the arms failed ({fault.message}): delete Deployments {names} by hand"
-        ended = attempted.status.model_copy(update={"message": f"{attempted.status.message}{note}"})
-        return Decision(ended, [], [*attempted.events, Event("Warning", "CleanupFailed", note[2:])])
+        return cleanup_failed(subject, current, attempted, fault.message, now, by_hand=by_hand)
     limit, deadline = _phase_deadline(subject.spec, current.phase, timing)
     if fault.permanent or elapsed(current, now) > limit:
         why = "" if fault.permanent else f" (retried every tick until {deadline} passed)"
@@ -174,9 +182,22 @@ def decide_after_fault(
         if round_ is not None:  # the round ends, not the experiment: the stages' verdict stands
             why = f"{fault.reason}: {fault.message}{why}"
             return round_failed(subject, current, round_, why, observed or Observed(), now)
-        assumed = Observed(arms={arm: ArmState(exists=True) for arm in spec.Arm})
-        return fail(current, subject, now, fault.reason, f"{fault.message}{why}", observed or assumed)
+        return fail(
+            current, subject, now, fault.reason, f"{fault.message}{why}", _assumed(observed, attempted)
+        )
     return Decision(current.model_copy(update={"message": f"{RETRYING}{fault.message}"}))
+
+
+def _assumed(observed: Observed | None, attempted: Decision | None) -> Observed:
+    """What a failure after a fault cleans up: the arms as observed, taken to exist when nothing
+    was observed or when the tick was creating them (the fault may have come after them: a later
+    child refused, so no GPU is left held)."""
+    creating = attempted is not None and Action.CREATE_ARMS in attempted.actions
+    if observed is not None and not creating:
+        return observed
+    seen = observed or Observed()
+    arms = {arm: replace(seen.arms.get(arm, ArmState()), exists=True) for arm in spec.Arm}
+    return replace(seen, arms=arms)
 
 
 def _without_what_it_keeps(
@@ -398,11 +419,12 @@ def _analyzing(
             "phase_started_at": ts(now),
         }
     )
+    done, cleanup = cleaned_up(subject, done, observed)
     done = with_conditions(done, subject.generation, now, previous=current)
     kind = "Normal" if outcome.verdict is Verdict.PROMOTE else "Warning"
     event = Event(kind, outcome.verdict.value, f"{outcome.verdict.value} ({outcome.reason}): {done.message}")
     store = [Action.STORE_REPORT] if outcome.report is not None else []
-    return Decision(done, [*store, *cleanup_actions(subject, done, observed)], [event], outcome.report)
+    return Decision(done, [*store, *cleanup], [event], outcome.report)
 
 
 def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
@@ -416,11 +438,13 @@ def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now:
         f"aborted by the annotation {keys.ABORT_ANNOTATION} while {was}; the arms and the load Job are deleted",
     )
     actions = [Action.DELETE_STALE] if observed.stale_children else []
+    ended_status = failed.status
     if any(a.exists for a in observed.arms.values()):
         actions.append(Action.CLEANUP_ARMS)
+        ended_status = ended_status.model_copy(update={"cleanup": status.ArmsCleanup.DELETED})
     if observed.job.exists:
         actions.append(Action.DELETE_LOAD)
-    ended = Decision(failed.status, actions, failed.events)
+    ended = Decision(ended_status, actions, failed.events)
     if current.phase is not Phase.RUNNING or rounds.current(current) is not None or subject.spec is None:
         return ended
     return _during_load(observed, ended)  # a run aborted during the load keeps what it finished
@@ -433,8 +457,11 @@ def _during_load(observed: Observed, failed: Decision) -> Decision:
     return replace(failed, actions=[Action.KEEP_FINISHED_STAGES, *failed.actions])
 
 
-def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed) -> Decision:
-    return Decision(current, cleanup_actions(subject, current, observed))
+def _terminal(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
+    """Nothing more to do, unless the ending's cleanup failed: then it is retried."""
+    if current.cleanup is status.ArmsCleanup.RETRYING:
+        return retry_cleanup(subject, current, observed, now)
+    return Decision(current)
 
 
 # -------------------------------------------------------------------------------------- helpers

@@ -1,5 +1,5 @@
 """How a decision moves an experiment's status: into a phase (`enter`), into Failed with the
-cleanup its policy asks (`fail`, `cleanup_actions`), and what each phase reads of the status (the
+cleanup its policy asks (`fail`, `cleaned_up`; a cleanup that failed is retried, `retry_cleanup`), and what each phase reads of the status (the
 time spent in it, `elapsed`; the arms' Deployments and pods, `with_arm_refs`). Pure; shared by the
 stages' phases (`reconcile.py`) and the rounds' (`round_phases.py`).
 """
@@ -10,20 +10,88 @@ from datetime import datetime, timedelta
 
 from specdecode.experiment import spec, status
 from specdecode.experiment.conditions import ts, with_conditions
-from specdecode.experiment.status import ExperimentStatus, Phase
+from specdecode.experiment.status import ArmsCleanup, ExperimentStatus, Phase
 from specdecode.experiment.world import Action, ArmState, Decision, Event, Observed, Subject
 
 
-def cleanup_actions(subject: Subject, current: ExperimentStatus, observed: Observed) -> list[Action]:
-    """What an ended experiment does with the arms that exist, per `spec.cleanup`."""
+def cleaned_up(
+    subject: Subject, ended: ExperimentStatus, observed: Observed
+) -> tuple[ExperimentStatus, list[Action]]:
+    """An ended status with what becomes of the arms that exist (`status.cleanup`), and the actions
+    that do it, per `spec.cleanup`: deleted (`Always`; `OnSuccess` once Completed); after a failure
+    kept at 0 replicas (`OnSuccess`, `Never`): no path into Failed holds a GPU; kept running after
+    a verdict (`Never`). Every ending releases the arms' disruption budget."""
     if subject.spec is None or not any(a.exists for a in observed.arms.values()):
-        return []
+        return ended, []
     policy = subject.spec.cleanup
     if policy is spec.Cleanup.ALWAYS or (
-        policy is spec.Cleanup.ON_SUCCESS and current.phase is Phase.COMPLETED
+        policy is spec.Cleanup.ON_SUCCESS and ended.phase is Phase.COMPLETED
     ):
-        return [Action.RELEASE_ARMS, Action.CLEANUP_ARMS]
-    return [Action.RELEASE_ARMS]  # arms kept on purpose need no protection from drains
+        return ended.model_copy(update={"cleanup": ArmsCleanup.DELETED}), [
+            Action.RELEASE_ARMS,
+            Action.CLEANUP_ARMS,
+        ]
+    if ended.phase is Phase.FAILED:
+        kept = (
+            f"{ended.message}; the arms' Deployments are kept at 0 replicas (spec.cleanup: "
+            f"{policy.value}): their GPUs are free"
+        )
+        scaled = ended.model_copy(update={"cleanup": ArmsCleanup.SCALED_TO_ZERO, "message": kept})
+        return scaled, [Action.RELEASE_ARMS, Action.SCALE_DOWN_ARMS]
+    # arms kept on purpose need no protection from drains
+    return ended.model_copy(update={"cleanup": ArmsCleanup.KEPT}), [Action.RELEASE_ARMS]
+
+
+CLEANUP_FAILED = "; cleaning up the arms failed ("
+"""How an ended experiment's message goes on while its cleanup is retried (`cleanup_failed`)."""
+
+
+def cleanup_failed(
+    subject: Subject,
+    current: ExperimentStatus,
+    ended: Decision,
+    why: str,
+    now: datetime,
+    *,
+    by_hand: str | None = None,
+) -> Decision:
+    """The ending `ended`, whose cleanup raised (`why`): it stands, with status.cleanup Retrying, so
+    that the operator ticks it again (after a restart too) until the cleanup is done
+    (`retry_cleanup`). A shell that ends with it (`run --local`) says instead what to do `by_hand`."""
+    note = f"{CLEANUP_FAILED}{why}): {by_hand or 'retried every tick'}"
+    retrying = ended.status.model_copy(
+        update={"message": f"{ended.status.message}{note}", "cleanup": ArmsCleanup.RETRYING}
+    )
+    retrying = with_conditions(retrying, subject.generation, now, previous=current)
+    return Decision(retrying, [], [*ended.events, Event("Warning", "CleanupFailed", note[2:])])
+
+
+def retry_cleanup(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
+    """An ended experiment whose cleanup failed (status.cleanup Retrying): that cleanup again, on
+    the arms (and, aborted, the load Job) that still exist; none left: done."""
+    said = current.model_copy(update={"message": (current.message or "").split(CLEANUP_FAILED)[0]})
+    if subject.aborted:  # an abort deletes both arms and the load Job whatever spec.cleanup says
+        actions = [Action.CLEANUP_ARMS] if any(a.exists for a in observed.arms.values()) else []
+        actions += [Action.DELETE_LOAD] if observed.job.exists else []
+        done, actions = said.model_copy(update={"cleanup": ArmsCleanup.DELETED}), actions
+    else:
+        done, actions = cleaned_up(subject, said.model_copy(update={"message": _unkept(said)}), observed)
+        if not actions:  # nothing left to clean up
+            done = done.model_copy(update={"cleanup": ArmsCleanup.DELETED})
+    done = with_conditions(done, subject.generation, now, previous=current)
+    return Decision(done, actions, [Event("Normal", "CleanedUp", f"the arms are {_what(done)}")])
+
+
+def _unkept(st: ExperimentStatus) -> str:
+    """The message without the note a scaled-down cleanup adds (`cleaned_up` adds it again)."""
+    return (st.message or "").split("; the arms' Deployments are kept at 0 replicas")[0]
+
+
+def _what(st: ExperimentStatus) -> str:
+    return {
+        ArmsCleanup.SCALED_TO_ZERO: "kept at 0 replicas",
+        ArmsCleanup.KEPT: "kept running",
+    }.get(st.cleanup or ArmsCleanup.DELETED, "deleted")
 
 
 def enter(
@@ -62,9 +130,9 @@ def fail(
             "phase_started_at": ts(now),
         }
     )
+    failed, actions = cleaned_up(subject, failed, observed or Observed())
     failed = with_conditions(failed, subject.generation, now, previous=current)
-    actions = cleanup_actions(subject, failed, observed or Observed())
-    return Decision(failed, actions, [Event("Warning", reason, message)])
+    return Decision(failed, actions, [Event("Warning", reason, failed.message or message)])
 
 
 def with_arm_refs(subject: Subject, current: ExperimentStatus, observed: Observed) -> ExperimentStatus:

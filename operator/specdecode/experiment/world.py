@@ -32,6 +32,9 @@ class Action(StrEnum):
     """Delete the arms' PodDisruptionBudget: the experiment has ended, drains may evict them again."""
     CLEANUP_ARMS = "CleanupArms"
     """Delete both arms' Deployments (frees the GPUs) per the cleanup policy."""
+    SCALE_DOWN_ARMS = "ScaleDownArms"
+    """Scale both arms' Deployments to 0 replicas (frees the GPUs, keeps the Deployments): a
+    failure under a cleanup policy that keeps them (`OnSuccess`, `Never`)."""
     DELETE_LOAD = "DeleteLoad"
     """Delete the load Job of the last round (the stages' Job when no round was started) and its
     pod: an abort, or a round that failed (the load stops now)."""

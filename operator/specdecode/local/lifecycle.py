@@ -24,6 +24,9 @@ from typing import Protocol
 from specdecode.experiment import reconcile
 from specdecode.experiment.status import ExperimentStatus
 
+BY_HAND = "stop the arms' processes by hand (the run ends here)"
+"""What the message says of a cleanup that failed: `run --local` does not tick again."""
+
 TICK_S = 0.05
 """Pause before the next tick when a tick changed nothing (an action still under way)."""
 
@@ -74,7 +77,9 @@ def drive(
         except Failure as exc:
             fault = replace(_fault(exc), action=action)
             if decision.status.phase.is_terminal:  # its cleanup failed: the message says so
-                ended = reconcile.decide_after_fault(subject, current, fault, now, attempted=decision)
+                ended = reconcile.decide_after_fault(
+                    subject, current, fault, now, attempted=decision, by_hand=BY_HAND
+                )
                 world.decided(ended)
                 return ended.status
         if decision.status.phase.is_terminal and fault is None:

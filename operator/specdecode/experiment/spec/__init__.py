@@ -186,9 +186,10 @@ class Cleanup(StrEnum):
     ALWAYS = "Always"
     """Delete them whatever the outcome (frees the GPUs)."""
     ON_SUCCESS = "OnSuccess"
-    """Delete them when Completed; keep them after a failure for debugging."""
+    """Delete them when Completed; after a failure keep them for debugging, at 0 replicas (their
+    GPUs are freed; the Deployments, their spec and events remain)."""
     NEVER = "Never"
-    """Keep them."""
+    """Keep them: running after a verdict; after a failure at 0 replicas (no failure holds a GPU)."""
 
 
 class ExperimentSpec(Model):

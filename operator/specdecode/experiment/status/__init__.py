@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specdecode.experiment.status.base import Phase, ReasonCode, StageVerdict, StatusModel, Verdict
+from specdecode.experiment.status.base import (
+    ArmsCleanup,
+    Phase,
+    ReasonCode,
+    StageVerdict,
+    StatusModel,
+    Verdict,
+)
 from specdecode.experiment.status.environment import (
     ArmDifference,
     ArmHosts,
@@ -50,6 +57,7 @@ __all__ = [
     "ArmRef",
     "ArmSummary",
     "Arms",
+    "ArmsCleanup",
     "BreakEven",
     "CategoryResult",
     "Degradation",
@@ -342,3 +350,6 @@ class ExperimentStatus(StatusModel):
     """The break-even search (`workload.search`): probes, why it stopped, the load."""
     results_ref: ResultsRef | None = None
     """Where the full results are."""
+    cleanup: ArmsCleanup | None = None
+    """Once ended: what became of the arms' Deployments (`spec.cleanup`); Retrying until a cleanup
+    that failed is done. Absent: there were no arms to clean up."""

@@ -61,6 +61,21 @@ class Phase(StrEnum):
         return not self.is_terminal
 
 
+class ArmsCleanup(StrEnum):
+    """What an ended experiment did with its arms' Deployments (`spec.cleanup`; status.cleanup)."""
+
+    DELETED = "Deleted"
+    """Deleted: the GPUs are free (`Always`; `OnSuccess` once Completed)."""
+    SCALED_TO_ZERO = "ScaledToZero"
+    """Kept at 0 replicas after a failure, for their spec and events (`OnSuccess`, `Never`): the
+    GPUs are free; `kubectl scale deployment NAME --replicas=1` starts one again."""
+    KEPT = "Kept"
+    """Kept running after the verdict (`Never`): they hold their GPUs until deleted."""
+    RETRYING = "Retrying"
+    """The cleanup failed (the message says why): the operator retries it every tick, after a
+    restart too, until it is done (`run --local`, which ends there, says what to stop by hand)."""
+
+
 class Verdict(StrEnum):
     """The answer to "does speculative decoding make this faster?" (set only when Completed)."""
 
