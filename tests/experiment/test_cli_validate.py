@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from specdecode import cli
+from specdecode.experiment import documents
 from tests.factories import EXAMPLES, experiment_document
 
 
@@ -81,6 +82,50 @@ def test_garbled_files_get_one_line_and_no_traceback(
     assert code == 2
     assert fragment in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """The billion laughs: each anchor lists the previous one 9 times (9**levels values)."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (_alias_bomb(), "expands to more than 100000 values (line 6), aliases followed"),
+        ("spec: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels deep (line 1)"),
+        ("spec:\n  seed: " + "7" * 5000 + "\n", "a value cannot be read: Exceeds the limit (4300 digits)"),
+        ("spec: &s {engine: *s}\n", "an alias refers to its own anchor"),
+    ],
+    ids=["alias-bomb", "deep-nesting", "5000-digit-integer", "recursive-alias"],
+)
+def test_hostile_yaml_is_refused_in_one_line_without_building_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, fragment: str
+) -> None:
+    """On main: the bomb took 2.9 GB in 30 s (as its values were walked), the nesting and the
+    integer were tracebacks."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text(content)
+    code, _, err = run(capsys, str(path))
+    assert (code, err.strip()) == (2, err.strip().splitlines()[0])
+    assert err.startswith(f"{path}: ") and fragment in err and "Traceback" not in err
+
+
+def test_a_file_larger_than_the_api_server_takes_is_refused_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("# " + "x" * (3 * 1024 * 1024) + "\n")
+    code, _, err = run(capsys, str(path))
+    assert code == 2
+    assert "bytes, more than an experiment file may hold (3145728 bytes" in err
+
+
+def test_anchors_and_aliases_of_a_legitimate_file_still_work() -> None:
+    parsed = documents.parse_documents("a: &x {b: 1}\nc: *x\nd: [*x, *x]\n", "f")
+    assert parsed == [{"a": {"b": 1}, "c": {"b": 1}, "d": [{"b": 1}, {"b": 1}]}]
 
 
 def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:

@@ -48,9 +48,24 @@ class UnreadableFileError(Exception):
     """The file could not be read or is not YAML."""
 
 
+MAX_FILE_BYTES = 3 * 1024 * 1024
+"""The largest experiment file read: the API server's own request limit (3 MiB); an experiment
+that large could not be applied, and its spec ConfigMap could not be stored (1 MiB)."""
+MAX_DEPTH = 64
+"""The deepest nesting of mappings and lists, aliases followed (an experiment nests about 8)."""
+MAX_NODES = 100_000
+"""The most values a file may expand to, aliases followed (an alias bomb expands exponentially)."""
+
+
 def load_documents(path: Path) -> list[Any]:
     """All YAML documents of a file (empty documents dropped)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UnreadableFileError(
+                f"{path}: {size} bytes, more than an experiment file may hold ({MAX_FILE_BYTES} bytes, "
+                "the API server's request limit): keep prompts and traces in their own files"
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UnreadableFileError(f"{path}: no such file") from None
@@ -60,14 +75,97 @@ def load_documents(path: Path) -> list[Any]:
 
 
 def parse_documents(text: str, name: str) -> list[Any]:
-    """All YAML documents of `text` (empty documents dropped); `name` says where in errors."""
+    """All YAML documents of `text` (empty documents dropped); `name` says where in errors. Bounded:
+    its size, its nesting and how far its aliases expand (`_BoundedLoader`), so a hostile file is
+    refused at once instead of exhausting memory or the stack."""
+    if len(text) > MAX_FILE_BYTES:
+        raise UnreadableFileError(
+            f"{name}: {len(text)} characters, more than an experiment file may hold ({MAX_FILE_BYTES})"
+        )
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_BoundedLoader) if doc is not None]
+    except _TooLarge as exc:
+        raise UnreadableFileError(f"{name}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UnreadableFileError(f"{name}: not valid YAML{where}: {problem}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UnreadableFileError(f"{name}: a value cannot be read: {str(exc).split(';')[0]}") from None
+
+
+class _TooLarge(Exception):
+    """A document nests or expands beyond the bounds; says where."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a document nested deeper than MAX_DEPTH or expanding, aliases
+    followed, to more than MAX_NODES values, before it is constructed."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        # The composer recurses once per level: bounded here, before Python's stack is.
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise _TooLarge(f"nested more than {MAX_DEPTH} levels deep (line {line})")
+            node: yaml.Node | None = super().compose_node(parent, index)
+            return node
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> yaml.Node | None:
+        node: yaml.Node | None = super().compose_document()
+        if node is not None:
+            _check_bounds(node)
+        return node
+
+
+def _check_bounds(root: yaml.Node) -> None:
+    """Raise `_TooLarge` when `root` expands (aliases followed) deeper than MAX_DEPTH, to more than
+    MAX_NODES values, or into itself. Each node is sized once (an alias shares its anchor's node)."""
+    sizes: dict[int, tuple[int, int]] = {}  # id -> (values, depth) once sized
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = _children(node)
+        if not children_done:
+            if key in open_:
+                raise _TooLarge(f"an alias refers to its own anchor (line {node.start_mark.line + 1})")
+            open_.add(key)
+            stack.append((node, True))
+            for child in children:
+                if id(child) in open_:
+                    raise _TooLarge(f"an alias refers to its own anchor (line {child.start_mark.line + 1})")
+                if id(child) not in sizes:
+                    stack.append((child, False))
+            continue
+        open_.discard(key)
+        values = 1 + sum(sizes[id(c)][0] for c in children)
+        depth = 1 + max((sizes[id(c)][1] for c in children), default=0)
+        line = node.start_mark.line + 1
+        if depth > MAX_DEPTH:
+            raise _TooLarge(f"nested more than {MAX_DEPTH} levels deep (line {line}), aliases followed")
+        if values > MAX_NODES:
+            raise _TooLarge(
+                f"expands to more than {MAX_NODES} values (line {line}), aliases followed: an alias bomb?"
+            )
+        sizes[key] = (values, depth)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def other_kind(document: Any) -> str | None:
