@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from specdecode import __version__, exit_status
 
 if TYPE_CHECKING:
+    from specdecode.experiment import spec
     from specdecode.results import s3
 
 T = TypeVar("T")
@@ -53,9 +54,21 @@ def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from specdecode import results
     from specdecode.experiment import documents
 
-    return documents.validate_files(args.files, out=sys.stdout, err=sys.stderr, stdin=sys.stdin)
+    def operator_limits(s: spec.ExperimentSpec) -> tuple[str | None, str | None]:
+        # The operator's own check (handlers._subject), at its defaults: refused beyond what it reads
+        # even from S3; said where it needs the chart's S3 store or a larger ConfigMap budget.
+        refused, needs = (
+            results.check_size(s, limits) for limits in (results.Limits(s3=True), results.Limits())
+        )
+        at = "at the operator's default limits: "
+        return (at + refused if refused else None), (at + needs if needs else None)
+
+    return documents.validate_files(
+        args.files, out=sys.stdout, err=sys.stderr, stdin=sys.stdin, operator_limits=operator_limits
+    )
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -20,6 +20,9 @@ from experiment_crd import CRD_FILE, CRD_NAME, experiment
 from fake_gpu_nodes import GPU_NODE_NAMES, GPU_PRODUCT, gpu_node
 from k8s_cluster import FEATURE_GATES, Cluster, ControlPlane, wait_for
 from operator_process import OperatorProcess
+from tests.experiment import cases_apiserver
+
+from specdecode.experiment import manifests, spec
 
 pytestmark = pytest.mark.e2e
 
@@ -99,13 +102,57 @@ def test_an_arm_that_no_gpu_node_fits_fails_unschedulable(operator: OperatorProc
 
 
 def test_a_child_the_api_server_refuses_fails_the_experiment_at_once(operator: OperatorProcess) -> None:
-    """A label value with a space passes the CRD schema but not the Deployment's validation: HTTP
-    422 on every tick, which kopf alone would retry forever (Pending, no deadline)."""
+    """The API server refuses the arm's Deployment (422, here from an admission policy): on every
+    tick, which kopf alone would retry forever (Pending, no deadline)."""
+    with refused_by_admission(operator, "no-arms", "CREATE", "deployments", "false"):
+        operator.wait(
+            "the deployment policy",
+            lambda: policy_active(operator, {**PROBE_DEPLOYMENT, "metadata": {"name": "probe2"}}),
+        )
+        operator.apply(experiment())
+        failed_with(operator, "ChildRejected", "Deployment exp-control (HTTP 422)", "refused by no-arms")
+    assert names(operator, "deployments") == {}
+
+
+def test_a_label_value_the_api_server_would_refuse_is_an_invalid_spec(operator: OperatorProcess) -> None:
+    """A label value with a space passes the CRD schema but not the Deployment's validation: refused
+    by the operator's own check before anything is deployed (before: ChildRejected from the API server)."""
     doc = experiment()
     doc["spec"]["engine"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA H200"}
     operator.apply(doc)
-    failed_with(operator, "ChildRejected", "Deployment exp-control (HTTP 422)", "nodeSelector")
+    failed_with(operator, "InvalidSpec", "spec.engine.nodeSelector['nvidia.com/gpu.product']: label value")
     assert names(operator, "deployments") == {}
+
+
+@pytest.mark.parametrize("case", sorted(cases_apiserver.REFUSED))
+def test_the_api_server_refuses_what_validate_refuses(cluster: Cluster, namespace: str, case: str) -> None:
+    """Each engine field `validate` refuses (tests/experiment/test_apiserver_rules.py), built into an
+    arm's Deployment as the operator would, is refused by a real API server too: the rules are its."""
+    res = _dry_run_arm(cluster, namespace, cases_apiserver.REFUSED[case][0])
+    refused = (
+        "is invalid",
+        "Invalid value",
+        "cannot be handled as a Deployment",
+    )  # 422, or 400 for a quantity
+    assert res.returncode != 0 and any(why in res.stderr for why in refused), res.stderr
+
+
+@pytest.mark.parametrize("case", sorted(cases_apiserver.ACCEPTED))
+def test_the_api_server_accepts_what_validate_accepts(cluster: Cluster, namespace: str, case: str) -> None:
+    res = _dry_run_arm(cluster, namespace, cases_apiserver.ACCEPTED[case])
+    assert res.returncode == 0, res.stderr
+
+
+def _dry_run_arm(cluster: Cluster, namespace: str, engine: dict[str, Any]) -> Any:
+    """A server-side dry run of the control arm's Deployment rendered from `engine` (the schema's
+    parse only: the operator's own rules are what is being checked against the API server's)."""
+    doc = experiment()
+    doc["spec"]["engine"].update(engine)
+    parsed = spec.ExperimentSpec.model_validate(doc["spec"])
+    deployment = manifests.build_deployment("exp", parsed, spec.Arm.CONTROL, manifests.Settings())
+    return cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(deployment), check=False
+    )
 
 
 @contextlib.contextmanager
@@ -182,6 +229,20 @@ def delete_refused(operator: OperatorProcess, deployment: str) -> bool:
     return res.returncode != 0 and "refused by" in res.stderr
 
 
+PROBE_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "probe"},
+    "spec": {
+        "replicas": 0,
+        "selector": {"matchLabels": {"app": "probe"}},
+        "template": {
+            "metadata": {"labels": {"app": "probe"}},
+            "spec": {"containers": [{"name": "c", "image": "probe"}]},
+        },
+    },
+}
+
 SPEC_PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "exp-spec"}}
 
 
@@ -192,20 +253,10 @@ def test_a_child_refused_after_the_arms_exist_frees_their_gpus_even_across_a_fai
     DELETE is refused too, so the ending's cleanup fails: the experiment stays Failed with
     status.cleanup Retrying, and an operator started afresh once DELETE works deletes the arms.
     (On main: Failed/ChildRejected with both arms running, never cleaned up.)"""
-    probe = {  # a Deployment the delete policy is seen to refuse once it is enforced
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "probe"},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": "probe"}},
-            "template": {
-                "metadata": {"labels": {"app": "probe"}},
-                "spec": {"containers": [{"name": "c", "image": "probe"}]},
-            },
-        },
-    }
-    operator.cluster.kubectl("create", "-n", operator.namespace, "-f", "-", input=json.dumps(probe))
+    # a Deployment the delete policy is seen to refuse once it is enforced
+    operator.cluster.kubectl(
+        "create", "-n", operator.namespace, "-f", "-", input=json.dumps(PROBE_DEPLOYMENT)
+    )
     with refused_by_admission(
         operator, "no-spec-map", "CREATE", "configmaps", "object.metadata.name != 'exp-spec'"
     ):

@@ -7,7 +7,7 @@ file) are skipped and named, never failed; `validate -` reads standard input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -240,9 +240,17 @@ STDIN = "-"
 """The file name that means standard input (`specdecode validate -`, `kustomize build | ...`)."""
 
 
-def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: TextIO | None = None) -> int:
+def validate_files(
+    paths: Sequence[str],
+    *,
+    out: TextIO,
+    err: TextIO,
+    stdin: TextIO | None = None,
+    operator_limits: Callable[[spec.ExperimentSpec], tuple[str | None, str | None]] | None = None,
+) -> int:
     """`specdecode validate`: 0 when every experiment is valid, 2 with one line per problem otherwise;
-    documents of other kinds are named as skipped."""
+    documents of other kinds are named as skipped. `operator_limits`: what the operator at its
+    defaults would refuse of an experiment (its results' size), and what it would need configured."""
     failed = False
     for name in paths:
         if name == STDIN:
@@ -252,10 +260,17 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
             name = "<stdin>"
         else:
             report = read_file(Path(name))
+        limits = {
+            e.name: operator_limits(e.spec) if operator_limits else (None, None) for e in report.experiments
+        }
+        report.problems += [f"{name}: {n}: {refused}" for n, (refused, _) in limits.items() if refused]
         for problem in report.problems:
             print(problem, file=err)
         failed = failed or bool(report.problems)
         for experiment in report.experiments:
+            refused, needs = limits[experiment.name]
+            if refused is not None:
+                continue
             note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
             print(f"{name}: {experiment.name}: valid{note}", file=out)
             expansion = sweep_expansion(experiment.spec.workload)
@@ -265,6 +280,8 @@ def validate_files(paths: Sequence[str], *, out: TextIO, err: TextIO, stdin: Tex
                 print(f"{name}: {experiment.name}: note: {local_only}", file=out)
             for weak in advice.advice(experiment.spec):
                 print(f"{name}: {experiment.name}: warning: {weak}", file=out)
+            if needs is not None:
+                print(f"{name}: {experiment.name}: warning: {needs}", file=out)
         for skipped in report.skipped:
             print(f"{skipped}: skipped (not a {keys.KIND})", file=out)
     return 2 if failed else 0

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specdecode.experiment import keys, releases, simprofiles, spec, speculative_rules
+from specdecode.experiment import apiserver_rules, keys, releases, simprofiles, spec, speculative_rules
 from specdecode.experiment.problems import InvalidSpecError as InvalidSpecError
 from specdecode.experiment.problems import Problem as Problem
 from specdecode.experiment.problems import did_you_mean, is_union_tag, kind_of, translate
@@ -158,6 +158,7 @@ def semantic_problems(s: spec.ExperimentSpec) -> list[Problem]:
         *check_analysis(s.analysis, s.workload),
         *speculative_rules.check_confirm(s, release),
         *check_gpus(s.engine),
+        *apiserver_rules.check(s),  # what the API server would refuse of the arms and the spec ConfigMap
     ]
 
 
