@@ -56,6 +56,7 @@ from specdecode.experiment.finished import with_finished_stages as with_finished
 from specdecode.experiment.round_phases import round_deploying, round_failed, round_running, start_round
 from specdecode.experiment.status import ExperimentStatus, Phase, Verdict
 from specdecode.experiment.transitions import (
+    abort_cleanup,
     cleaned_up,
     cleanup_failed,
     elapsed,
@@ -437,14 +438,12 @@ def _abort(subject: Subject, current: ExperimentStatus, observed: Observed, now:
         "Aborted",
         f"aborted by the annotation {keys.ABORT_ANNOTATION} while {was}; the arms and the load Job are deleted",
     )
-    actions = [Action.DELETE_STALE] if observed.stale_children else []
+    deleted = abort_cleanup(observed)
     ended_status = failed.status
-    if any(a.exists for a in observed.arms.values()):
-        actions.append(Action.CLEANUP_ARMS)
+    if Action.CLEANUP_ARMS in deleted:
         ended_status = ended_status.model_copy(update={"cleanup": status.ArmsCleanup.DELETED})
-    if observed.job.exists:
-        actions.append(Action.DELETE_LOAD)
-    ended = Decision(ended_status, actions, failed.events)
+    stale = [Action.DELETE_STALE] if observed.stale_children else []
+    ended = Decision(ended_status, [*stale, *deleted], failed.events)
     if current.phase is not Phase.RUNNING or rounds.current(current) is not None or subject.spec is None:
         return ended
     return _during_load(observed, ended)  # a run aborted during the load keeps what it finished

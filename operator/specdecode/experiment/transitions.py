@@ -66,25 +66,28 @@ def cleanup_failed(
     return Decision(retrying, [], [*ended.events, Event("Warning", "CleanupFailed", note[2:])])
 
 
+def abort_cleanup(observed: Observed) -> list[Action]:
+    """What an abort deletes whatever `spec.cleanup` says: both arms and the load Job, where they exist."""
+    actions = [Action.CLEANUP_ARMS] if any(a.exists for a in observed.arms.values()) else []
+    return actions + ([Action.DELETE_LOAD] if observed.job.exists else [])
+
+
 def retry_cleanup(subject: Subject, current: ExperimentStatus, observed: Observed, now: datetime) -> Decision:
     """An ended experiment whose cleanup failed (status.cleanup Retrying): that cleanup again, on
-    the arms (and, aborted, the load Job) that still exist; none left: done."""
+    the arms (and, aborted, the load Job) that still exist; none left: done. The message is the
+    ending's, as it was before the cleanup failed."""
     said = current.model_copy(update={"message": (current.message or "").split(CLEANUP_FAILED)[0]})
-    if subject.aborted:  # an abort deletes both arms and the load Job whatever spec.cleanup says
-        actions = [Action.CLEANUP_ARMS] if any(a.exists for a in observed.arms.values()) else []
-        actions += [Action.DELETE_LOAD] if observed.job.exists else []
-        done, actions = said.model_copy(update={"cleanup": ArmsCleanup.DELETED}), actions
+    cleanup: ArmsCleanup | None = ArmsCleanup.DELETED
+    if subject.aborted:
+        actions = abort_cleanup(observed)
     else:
-        done, actions = cleaned_up(subject, said.model_copy(update={"message": _unkept(said)}), observed)
-        if not actions:  # nothing left to clean up
-            done = done.model_copy(update={"cleanup": ArmsCleanup.DELETED})
-    done = with_conditions(done, subject.generation, now, previous=current)
+        # the ending's message already says what cleaned_up would add (a scaled-down note)
+        redone, actions = cleaned_up(subject, said, observed)
+        cleanup = redone.cleanup if actions else ArmsCleanup.DELETED  # none left to clean up
+    done = with_conditions(
+        said.model_copy(update={"cleanup": cleanup}), subject.generation, now, previous=current
+    )
     return Decision(done, actions, [Event("Normal", "CleanedUp", f"the arms are {_what(done)}")])
-
-
-def _unkept(st: ExperimentStatus) -> str:
-    """The message without the note a scaled-down cleanup adds (`cleaned_up` adds it again)."""
-    return (st.message or "").split("; the arms' Deployments are kept at 0 replicas")[0]
 
 
 def _what(st: ExperimentStatus) -> str:
