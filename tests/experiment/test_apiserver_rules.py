@@ -67,3 +67,16 @@ def test_validate_refuses_results_the_operator_would_not_read_at_its_defaults(
     err = capsys.readouterr().err
     assert "at the operator's default limits: spec.workload: up to" in err
     assert "more than the 48 MiB the operator reads (SPECDECODE_RESULTS_MAX_BYTES)" in err
+
+
+def test_two_experiments_of_one_name_in_a_file_are_each_checked_against_the_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big, small = experiment_document(), experiment_document()
+    big["spec"]["workload"] = {"stages": [{"name": "s0", "concurrency": 1}], "requestsPerStage": 1_000_000}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([small, big]))
+    assert cli.main(["validate", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("at the operator's default limits: spec.workload") == 1
+    assert out.count(": exp: valid") == 1

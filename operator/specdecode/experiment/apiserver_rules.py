@@ -156,13 +156,13 @@ def _resources(resources: spec.Resources) -> list[Problem]:
                     Problem(path, f"{value!r} is not a quantity: a non-negative number, e.g. 2, 500m, 16Gi")
                 )
                 continue
-            if name not in _NATIVE and "/" in name and amount != amount.to_integral_value():
+            if _extended(name) and amount != amount.to_integral_value():
                 problems.append(Problem(path, f"{value!r}: an extended resource takes whole numbers"))
                 continue
             parsed[kind][name] = amount
     for name, request in parsed["requests"].items():
         limit = parsed["limits"].get(name)
-        if limit is None and name not in _NATIVE and "/" in name and name not in resources.limits:
+        if limit is None and _extended(name) and name not in resources.limits:
             problems.append(
                 Problem(
                     f"spec.engine.resources.requests[{name!r}]",
@@ -176,8 +176,7 @@ def _resources(resources: spec.Resources) -> list[Problem]:
                     f"{resources.requests[name]!r} is more than its limit {resources.limits[name]!r}",
                 )
             )
-        extended = name not in _NATIVE and "/" in name
-        if extended and limit is not None and request != limit:
+        if _extended(name) and limit is not None and request != limit:
             problems.append(
                 Problem(
                     f"spec.engine.resources.requests[{name!r}]",
@@ -185,6 +184,11 @@ def _resources(resources: spec.Resources) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _extended(name: str) -> bool:
+    """An extended resource (`nvidia.com/gpu`): whole numbers only, its request equal to its limit."""
+    return name not in _NATIVE and "/" in name
 
 
 def _spec_size(raw_spec: Mapping[str, Any]) -> list[Problem]:

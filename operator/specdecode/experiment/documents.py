@@ -136,9 +136,7 @@ def _check_bounds(root: yaml.Node) -> None:
         if key in sizes:
             continue
         children = _children(node)
-        if not children_done:
-            if key in open_:
-                raise _TooLarge(f"an alias refers to its own anchor (line {node.start_mark.line + 1})")
+        if not children_done:  # first visit: its children are sized first (a cycle shows as an open child)
             open_.add(key)
             stack.append((node, True))
             for child in children:
@@ -260,15 +258,17 @@ def validate_files(
             name = "<stdin>"
         else:
             report = read_file(Path(name))
-        limits = {
-            e.name: operator_limits(e.spec) if operator_limits else (None, None) for e in report.experiments
-        }
-        report.problems += [f"{name}: {n}: {refused}" for n, (refused, _) in limits.items() if refused]
+        # per experiment, in order (two experiments of one file may share a name)
+        limits = [operator_limits(e.spec) if operator_limits else (None, None) for e in report.experiments]
+        report.problems += [
+            f"{name}: {e.name}: {refused}"
+            for e, (refused, _) in zip(report.experiments, limits, strict=True)
+            if refused
+        ]
         for problem in report.problems:
             print(problem, file=err)
         failed = failed or bool(report.problems)
-        for experiment in report.experiments:
-            refused, needs = limits[experiment.name]
+        for experiment, (refused, needs) in zip(report.experiments, limits, strict=True):
             if refused is not None:
                 continue
             note = "" if experiment.spec.speculates else NOISE_FLOOR_NOTE
