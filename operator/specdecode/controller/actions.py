@@ -91,30 +91,8 @@ async def apply(
     are built from); `carry_out` takes KEEP_FINISHED_STAGES and STORE_REPORT itself."""
     namespace = str(body.metadata.namespace)
     name = subject.name
-    last = rounds_run[-1] if rounds_run else None
     in_progress = rounds.in_progress(rounds_run)
-    if action is reconcile.Action.DELETE_STALE:
-        for kind, stale_name in stale:
-            await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
-        return
-    if action is reconcile.Action.RELEASE_ARMS:
-        budget = manifests.Names(name).disruption_budget
-        await _child(
-            client.delete(kube.DISRUPTION_BUDGET, namespace, budget), f"PodDisruptionBudget {budget}"
-        )
-        return
-    if action is reconcile.Action.CLEANUP_ARMS:
-        for arm in spec.Arm:
-            deployment = manifests.Names(name).arm(arm)
-            await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
-        return
-    if action is reconcile.Action.SCALE_DOWN_ARMS:
-        for arm in spec.Arm:
-            await _scale_to_zero(client, namespace, manifests.Names(name).arm(arm))
-        return
-    if action is reconcile.Action.DELETE_LOAD:
-        job = manifests.Names(name).load_job_of(last.name if last is not None else None)
-        await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
+    if await _remove(action, client, namespace, name, stale, rounds_run[-1] if rounds_run else None):
         return
     if subject.spec is None:  # decide() asks for children only of a spec that validated
         raise kopf.PermanentError(f"{action.value}: the experiment has no valid spec to render")
@@ -163,6 +141,40 @@ async def apply(
         if not observe.owned_by(existing, str(body.metadata.uid)):
             # Not adopted: a foreign Service, Role or spec ConfigMap would be used as ours.
             raise ChildNotOwned(what)
+
+
+async def _remove(
+    action: reconcile.Action,
+    client: kube.Kube,
+    namespace: str,
+    name: str,
+    stale: list[tuple[kube.KindRef, str]],
+    last: status.Round | None,
+) -> bool:
+    """The actions that delete or scale down children (`last`: the last round run, whose load Job
+    DELETE_LOAD deletes); False: `action` is not one of them."""
+    names = manifests.Names(name)
+    if action is reconcile.Action.DELETE_STALE:
+        for kind, stale_name in stale:
+            await _child(client.delete(kind, namespace, stale_name), f"{kind[1]} {stale_name}")
+    elif action is reconcile.Action.RELEASE_ARMS:
+        budget = names.disruption_budget
+        await _child(
+            client.delete(kube.DISRUPTION_BUDGET, namespace, budget), f"PodDisruptionBudget {budget}"
+        )
+    elif action is reconcile.Action.CLEANUP_ARMS:
+        for arm in spec.Arm:
+            deployment = names.arm(arm)
+            await _child(client.delete(kube.DEPLOYMENT, namespace, deployment), f"Deployment {deployment}")
+    elif action is reconcile.Action.SCALE_DOWN_ARMS:
+        for arm in spec.Arm:
+            await _scale_to_zero(client, namespace, names.arm(arm))
+    elif action is reconcile.Action.DELETE_LOAD:
+        job = names.load_job_of(last.name if last is not None else None)
+        await _child(client.delete(kube.JOB, namespace, job), f"Job {job}")
+    else:
+        return False
+    return True
 
 
 async def _round_arms(
