@@ -14,7 +14,10 @@ Faults, chosen by a marker in the prompt text: `FAULT:http500`, `FAULT:http400`,
 (a response head that is not HTTP), `FAULT:stall` (the response head, then nothing: the client's
 request timeout ends it), `FAULT:malformed` (a non-JSON event), `FAULT:badshape` (JSON of the wrong
 shape: `{"choices": ["x"]}`), `FAULT:streamerror` (an error event), `FAULT:disconnect` (closes after
-two chunks).
+two chunks); engine data of the wrong type: `FAULT:finishobj` (`finish_reason` an object),
+`FAULT:promptstr` (`prompt_tokens` a string), `FAULT:acceptstr` (a non-numeric
+`num_accepted_draft_tokens` in the final `speculative_decoding`). `--metrics-fault nan|inf|garbage`
+makes `/metrics` answer NaN counters, +Inf counters, or text that is not Prometheus exposition.
 Deliberately not the product's simulator (`specdecode sim`): this one is small enough to trust.
 """
 
@@ -66,6 +69,7 @@ class Server:
             "accepted": 0,
         }
         self.per_pos = [0] * max(self.k_hi - 1, 0)
+        self.metrics_fault: str | None = args.metrics_fault
         self.wake = asyncio.Event()
 
     # ------------------------------------------------------------------ HTTP
@@ -105,6 +109,9 @@ class Server:
                     "badshape",
                     "streamerror",
                     "disconnect",
+                    "finishobj",
+                    "promptstr",
+                    "acceptstr",
                 )
                 if f"FAULT:{f}" in prompt
             ),
@@ -173,7 +180,12 @@ class Server:
                 "completion_tokens": s.emitted,
                 "total_tokens": s.prompt_tokens + s.emitted,
             }
-            payload = self.frame(self.chunk(s, text, finish, usage))
+            chunk = self.chunk(s, text, finish, usage)
+            if s.fault == "finishobj" and finish is not None:
+                chunk["choices"][0]["finish_reason"] = {"type": finish}
+            if s.fault == "promptstr":
+                chunk["usage"] = dict(usage, prompt_tokens="many")
+            payload = self.frame(chunk)
             if s.fault == "malformed" and s.chunks == 2:
                 payload = self.frame(b"{not json")
             if s.fault == "badshape" and s.chunks == 2:
@@ -212,6 +224,10 @@ class Server:
                     "num_spec_tokens": k,
                 }
             }
+            if s.fault == "promptstr":
+                final["usage"] = dict(usage, prompt_tokens="many")
+            if s.fault == "acceptstr":
+                final["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] = "lots"
             self.counters["drafts"] += steps
             self.counters["draft_tokens"] += steps * k
             self.counters["accepted"] += accepted
@@ -261,7 +277,17 @@ class Server:
                 f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}'
                 for p, v in enumerate(self.per_pos)
             ]
-        return "\n".join(lines) + "\n"
+        if self.metrics_fault == "garbage":
+            return "vllm:request_success_total{ not exposition\n\x00\xff} 1 2 3 4\n<html>oops</html>\n"
+        text = "\n".join(lines) + "\n"
+        if self.metrics_fault in ("nan", "inf"):
+            bad = "NaN" if self.metrics_fault == "nan" else "+Inf"
+            text = "\n".join(
+                f"{line.rsplit(' ', 1)[0]} {bad}" if line.startswith("vllm:") else line
+                for line in text.splitlines()
+            )
+            text += "\n"
+        return text
 
 
 class Protocol(asyncio.Protocol):
@@ -310,6 +336,7 @@ if __name__ == "__main__":
     parser.add_argument("--prefill-steps", type=int, default=2)
     parser.add_argument("--tokens-per-step", default="1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--metrics-fault", choices=("nan", "inf", "garbage"), default=None)
     parser.add_argument("--realtime", action="store_true", help="SCHED_FIFO when permitted (timing tests)")
     ns = parser.parse_args()
     if ns.realtime:

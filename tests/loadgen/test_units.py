@@ -378,6 +378,42 @@ def test_scraped_counters_are_summed_over_labels_and_differenced_per_window() ->
     assert scrape.delta(None, after, None).num_drafts is None
 
 
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf"])
+def test_a_nan_or_infinite_counter_is_unknown_and_never_differenced(bad: str) -> None:
+    """#36: NaN in an arm's /metrics crashed `run --local` (round(nan) in the acceptance counts)."""
+    before = scrape.parse(METRICS)
+    after = scrape.parse(
+        METRICS.replace(" 10.0", f" {bad}").replace(" 8.0", f" {bad}").replace(" 0.25", f" {bad}")
+    )
+    assert after.unusable == {scrape.DRAFTS, scrape.ACCEPTED_PER_POS, scrape.KV_USAGE}
+    m = scrape.delta(before, after, kv_max=None)
+    assert m.num_drafts is None and m.accepted_per_position == []
+    assert m.requests_success == 0.0  # the finite counters are still read
+    kv: dict[spec.Arm, float] = {}
+    scrape.note_kv_usage({spec.Arm.TREATMENT: after}, kv)
+    assert kv == {}
+
+
+def test_a_counter_that_went_down_is_unknown_over_the_window() -> None:
+    """The server restarted between the scrapes: its counters began again, a delta would be negative."""
+    before = scrape.parse(METRICS)
+    after = scrape.parse(METRICS.replace(" 10.0", " 3.0"))
+    assert scrape.delta(before, after, None).num_drafts is None
+    assert scrape.delta(before, after, None).requests_success == 0.0
+
+
+@pytest.mark.parametrize("field", ["num_drafts", "kv_cache_usage_max", "generation_tokens"])
+def test_server_metrics_hold_no_nan_or_infinity_whatever_wrote_them(field: str) -> None:
+    """A windows.json written from a garbage scrape (or by hand) reads back unknown, not NaN."""
+    doc = {
+        field: float("nan"),
+        "requests_success": float("inf"),
+        "accepted_per_position": [1.0, float("nan")],
+    }
+    m = records.ArmServerMetrics.model_validate(doc)
+    assert getattr(m, field) is None and m.requests_success is None and m.accepted_per_position == []
+
+
 # ------------------------------------------------------------------------------------------ pacer
 
 
@@ -466,6 +502,15 @@ def test_the_validity_block_is_the_json_main_wrote() -> None:
         {"choices": [{"text": 5}]},
         {"choices": [{"text": "a"}], "usage": [1]},
         {"choices": [{"text": "a"}], "usage": {"completion_tokens": "5"}},
+        {"choices": [{"text": "a"}], "usage": {"completion_tokens": True}},
+        {"choices": [{"text": "a"}], "usage": {"completion_tokens": -1}},
+        {"choices": [{"text": "a", "finish_reason": {"type": "length"}}]},
+        {"choices": [], "usage": {"completion_tokens": 1, "prompt_tokens": "many"}},
+        {"choices": [], "metrics": {"speculative_decoding": [1]}},
+        {"choices": [], "metrics": {"speculative_decoding": {"num_accepted_draft_tokens": "lots"}}},
+        {"choices": [], "metrics": {"speculative_decoding": {"num_draft_tokens": 2.5}}},
+        {"choices": [], "metrics": {"speculative_decoding": {"mean_acceptance_length": "2"}}},
+        {"choices": [], "metrics": {"speculative_decoding": {"acceptance_histogram": [1, "2"]}}},
     ],
     ids=[
         "choice not an object",
@@ -473,6 +518,15 @@ def test_the_validity_block_is_the_json_main_wrote() -> None:
         "text not a string",
         "usage a list",
         "tokens a string",
+        "tokens a boolean",
+        "tokens negative",
+        "finish_reason an object",
+        "prompt_tokens a string",
+        "speculative_decoding an array",
+        "accepted count a string",
+        "draft count fractional",
+        "acceptance length a string",
+        "histogram of strings",
     ],
 )
 def test_json_events_of_the_wrong_shape_are_a_malformed_stream(event: dict[str, Any]) -> None:

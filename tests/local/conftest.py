@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from specdecode.local import engines
+from tests.loadgen.conftest import fake_server  # noqa: F401 (fakevllm.py servers given by URL)
 
 FAKEBIN = Path(__file__).parent / "fakebin"
 

@@ -356,6 +356,28 @@ def test_ctrl_c_after_a_stage_keeps_that_stage_in_result_json_and_the_report(tmp
     )
 
 
+def test_an_arm_killed_after_a_stage_keeps_that_stage_in_result_json(tmp_path: Path) -> None:
+    """#36: the stages both arms finished before an arm crashed are kept, as on Ctrl-C."""
+    path = a_short_stage_then_a_long_one(tmp_path, 30)
+    out = tmp_path / "out"
+    with running(path, out) as process:
+        assert wait_for_window(out, "c1")
+        treatment = next(
+            pid
+            for pid in children_of(process.pid)
+            if "--speculative-config" in Path(f"/proc/{pid}/cmdline").read_text()
+        )
+        os.kill(treatment, signal.SIGKILL)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 3, err
+    status = result(out)
+    assert (status["phase"], status["reason"]) == ("Failed", "EngineCrashed"), status["message"]
+    assert "verdict" not in status
+    assert "the 1 of 2 stage(s) measured before that (c1) are kept" in status["message"]
+    [stage] = status["stages"]
+    assert stage["name"] == "c1" and stage["speedup"]["n"] == 30
+
+
 def test_a_load_past_deadlines_run_fails_as_the_operator_s_keeping_the_stages_measured(
     tmp_path: Path,
 ) -> None:

@@ -68,6 +68,8 @@ def from_labels(labels: Mapping[str, str]) -> KVCapacity | None:
         block_size = int(labels["block_size"])
     except (KeyError, ValueError):
         return None  # e.g. num_gpu_blocks="None" before the engine profiled memory
+    if blocks <= 0 or block_size <= 0:
+        return None
     return KVCapacity(tokens=blocks * block_size, block_size=block_size)
 
 

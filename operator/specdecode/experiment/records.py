@@ -10,10 +10,11 @@ intended time, so (stage, index, control) and (stage, index, treatment) form a p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdecode.experiment.spec import Arm
 
@@ -206,6 +207,27 @@ class ArmServerMetrics(Record):
     """Δ vllm:prefix_cache_hits_total: prompt tokens served from the prefix cache."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Anything else worth keeping (per pod breakdowns, histogram means)."""
+
+    @field_validator(
+        "num_drafts",
+        "num_draft_tokens",
+        "num_accepted_tokens",
+        "kv_cache_usage_max",
+        "requests_success",
+        "generation_tokens",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+    )
+    @classmethod
+    def _finite_or_unknown(cls, value: float | None) -> float | None:
+        """A NaN or infinite reading (an engine's garbage, a windows.json written from one) is unknown."""
+        return value if value is None or math.isfinite(value) else None
+
+    @field_validator("accepted_per_position")
+    @classmethod
+    def _finite_positions(cls, value: list[float]) -> list[float]:
+        """Positions are read only whole: one NaN or infinite count drops the per-position breakdown."""
+        return value if all(math.isfinite(v) for v in value) else []
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:

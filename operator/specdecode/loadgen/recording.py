@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pydantic
+
 from specdecode.experiment import records, spec
 from specdecode.loadgen import connection, http, sse, summary
 from specdecode.loadgen.plan import StagePlan
@@ -160,5 +162,43 @@ def record(
             spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
             server_metrics=metrics or None,
         )
-    rec = records.RequestRecord(**fields)
+    try:
+        rec = records.RequestRecord(**fields)
+    except pydantic.ValidationError as exc:
+        # Engine data no check above foresaw: the request is a counted error that says why, never a
+        # record dropped (its pair would never be judged) or one that fails when the run is stored.
+        rec = records.RequestRecord(
+            **{k: fields[k] for k in _TIMING if k in fields},
+            ok=False,
+            error_class="malformed_sse",
+            error=f"an event of an unexpected shape ({_first_error(exc)})"[:300],
+        )
     return summary.derive(rec)
+
+
+#: The fields of a record that do not come from the engine's answer (kept when that answer is unusable).
+_TIMING = (
+    "stage",
+    "index",
+    "arm",
+    "warmup",
+    "prompt_id",
+    "category",
+    "intended",
+    "sent",
+    "request_id",
+    "slot",
+    "session",
+    "turn",
+    "connect_ms",
+    "http_status",
+    "headers",
+    "first_byte",
+    "end",
+)
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}"

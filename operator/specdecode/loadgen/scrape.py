@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,15 +52,22 @@ class Snapshot:
 
     values: dict[str, float] = field(default_factory=dict)
     per_position: dict[int, float] = field(default_factory=dict)
+    unusable: set[str] = field(default_factory=set)
+    """Metrics we keep that had a NaN or infinite sample: left out of `values` (unknown), logged."""
 
 
 def parse(text: str) -> Snapshot:
-    """Parse Prometheus text exposition; unknown metrics are ignored."""
+    """Parse Prometheus text exposition; unknown metrics are ignored, and a metric we keep with a
+    NaN or infinite sample is unknown (in `unusable`, not in `values`): a delta is never computed from it."""
     snap = Snapshot()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if name == ACCEPTED_PER_POS:
+            if (name in _COUNTERS or name in (KV_USAGE, ACCEPTED_PER_POS)) and not math.isfinite(
+                sample.value
+            ):
+                snap.unusable.add(name)
+            elif name == ACCEPTED_PER_POS:
                 try:
                     pos = int(sample.labels.get("position", ""))
                 except ValueError:
@@ -67,6 +75,10 @@ def parse(text: str) -> Snapshot:
                 snap.per_position[pos] = snap.per_position.get(pos, 0.0) + sample.value
             elif name in _COUNTERS or name == KV_USAGE:
                 snap.values[name] = snap.values.get(name, 0.0) + sample.value
+    for name in snap.unusable:
+        snap.values.pop(name, None)
+    if ACCEPTED_PER_POS in snap.unusable:
+        snap.per_position.clear()
     return snap
 
 
@@ -76,7 +88,8 @@ def delta(before: Snapshot | None, after: Snapshot | None, kv_max: float | None)
     def d(name: str) -> float | None:
         if before is None or after is None or name not in after.values:
             return None
-        return after.values[name] - before.values.get(name, 0.0)
+        change = after.values[name] - before.values.get(name, 0.0)
+        return change if change >= 0 else None  # a counter that went down: the server restarted
 
     per_pos: list[float] = []
     if before is not None and after is not None and after.per_position:
@@ -110,10 +123,17 @@ async def snapshot(pool: http.Pool, arm: spec.Arm) -> Snapshot | None:
         resp = await http.get(pool, "/metrics", limit_s=10.0)
         if resp.status != 200:
             return None
-        return parse(resp.body.decode("utf-8", "replace"))
+        snap = parse(resp.body.decode("utf-8", "replace"))
     except (connection.HttpError, TimeoutError, ValueError) as exc:
         log.warning("scraping %s /metrics failed: %s", arm, exc)
         return None
+    if snap.unusable:
+        log.warning(
+            "%s /metrics: %s not finite (NaN or infinite): read as unknown",
+            arm,
+            ", ".join(sorted(snap.unusable)),
+        )
+    return snap
 
 
 async def snapshots(

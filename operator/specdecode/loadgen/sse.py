@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,58 @@ def _wrong_shape(exc: Exception) -> MalformedStreamError:
     return MalformedStreamError(f"an event of an unexpected shape ({type(exc).__name__}: {str(exc)[:120]})")
 
 
+#: The counts of vLLM's per-request `metrics.speculative_decoding` (facts §5.1): whole and >= 0.
+_SPEC_COUNTS = ("num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_tokens")
+#: Its ratios: finite numbers.
+_SPEC_RATIOS = ("mean_acceptance_length", "draft_acceptance_rate")
+
+
+def _kind(value: object) -> str:
+    """A JSON value's type in words, for an error message."""
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), f"the {type(value).__name__} {value!r}"[:60]
+    )
+
+
+def _wrong_type(what: str) -> MalformedStreamError:
+    return MalformedStreamError(f"an event of an unexpected shape: {what}")
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _count(usage: dict[str, Any], key: str) -> int | None:
+    """`usage[key]`: a whole count >= 0, or None when absent; anything else is a malformed stream."""
+    value = usage.get(key)
+    if value is None or _whole(value):
+        return value
+    raise _wrong_type(f"usage.{key} is {_kind(value)}, not a whole count")
+
+
+def _checked_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The final chunk's `metrics`, its `speculative_decoding` checked: counts whole and >= 0, ratios
+    finite, the histogram whole counts. A wrong type is a malformed stream (a counted error that says
+    which field), never a record whose numbers fail later, when the run is judged or stored."""
+    sd = metrics.get("speculative_decoding")
+    if sd is None:
+        return metrics
+    where = "metrics.speculative_decoding"
+    if not isinstance(sd, dict):
+        raise _wrong_type(f"{where} is {_kind(sd)}, not an object")
+    for key in _SPEC_COUNTS:
+        if key in sd and sd[key] is not None and not _whole(sd[key]):
+            raise _wrong_type(f"{where}.{key} is {_kind(sd[key])}, not a whole count")
+    for key in _SPEC_RATIOS:
+        value = sd.get(key)
+        if value is not None and not (type(value) in (int, float) and math.isfinite(value)):
+            raise _wrong_type(f"{where}.{key} is {_kind(value)}, not a finite number")
+    hist = sd.get("acceptance_histogram")
+    if hist is not None and not (isinstance(hist, list) and all(_whole(c) for c in hist)):
+        raise _wrong_type(f"{where}.acceptance_histogram is not an array of whole counts")
+    return metrics
+
+
 def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterator[None]:
     """The parser, as a generator that pauses every `step` events."""
     times: list[float] = []
@@ -191,8 +244,11 @@ def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterato
                 piece = delta.get("content") if delta else None
             if piece:
                 parts.append(piece)
-            if choice.get("finish_reason"):
-                out.finish_reason = choice["finish_reason"]
+            finish = choice.get("finish_reason")
+            if finish:
+                if not isinstance(finish, str):
+                    raise _wrong_type(f"finish_reason is {_kind(finish)}, not a string")
+                out.finish_reason = finish
         elif "error" in chunk:
             err = chunk["error"]
             message = err.get("message", err) if isinstance(err, dict) else err
@@ -201,7 +257,7 @@ def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterato
             piece = None
         usage = chunk.get("usage")
         if usage:
-            tokens = usage.get("completion_tokens")
+            tokens = _count(usage, "completion_tokens")
             if tokens is not None:
                 if choices:
                     usage_seen_on_content = True
@@ -210,12 +266,12 @@ def _steps(events: list[tuple[float, bytes]], out: Stream, step: int) -> Iterato
                         last_tokens = tokens
                 out.completion_tokens = tokens
             if "prompt_tokens" in usage:
-                out.prompt_tokens = usage["prompt_tokens"]
+                out.prompt_tokens = _count(usage, "prompt_tokens")
         elif piece and not usage_seen_on_content:
             fallback_tokens += 1
             token_events.append((at, fallback_tokens))
         if "metrics" in chunk and isinstance(chunk["metrics"], dict):
-            out.metrics = chunk["metrics"]
+            out.metrics = _checked_metrics(chunk["metrics"])
     out.n_events = len(datas)
     if not usage_seen_on_content and fallback_tokens:
         # usage only on the final chunk (or none): the per-event counts are a chunk-count fallback

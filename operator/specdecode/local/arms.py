@@ -5,6 +5,7 @@ placement in words for the crossover, and what its vLLM logged when it weakened 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -27,17 +28,28 @@ def arm_host(
     here = arm.process is not None or (urlsplit(arm.url).hostname or "") in _LOOPBACK
     host = hosts.this_host(gpus) if here else status.Host(node=urlsplit(arm.url).hostname)
     facts: dict[str, object] = {}
-    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
-        facts["vllm_version"] = str(client.get(f"{arm.url}/version").json()["version"])
-    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, KeyError):
-        answer = client.get(f"{arm.url}/sim/host")
-        if answer.status_code == 200:
-            facts["speed_factor"] = float(answer.json()["speedFactor"])
+    version = _json(client, f"{arm.url}/version")
+    if isinstance(version, dict) and isinstance(version.get("version"), str):
+        facts["vllm_version"] = version["version"]
+    sim = _json(client, f"{arm.url}/sim/host")
+    speed = sim.get("speedFactor") if isinstance(sim, dict) else None
+    if isinstance(speed, int | float) and not isinstance(speed, bool) and math.isfinite(speed) and speed > 0:
+        facts["speed_factor"] = float(speed)
     with contextlib.suppress(httpx.HTTPError):
         answer = client.get(f"{arm.url}/metrics")
         capacity = kvcache.from_metrics(answer.text) if answer.status_code == 200 else None
         host = kvcache.with_capacity(host, capacity, request_tokens)
     return host.model_copy(update=facts)
+
+
+def _json(client: httpx.Client, url: str) -> object:
+    """The JSON of a 200 answer at `url`; None for any other answer, none, or one that is not JSON:
+    these facts are best-effort (a server given by URL need not be vLLM's, nor answer them)."""
+    try:
+        answer = client.get(url)
+        return answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def placement_of(host: status.Host | None, gpus: str) -> str:

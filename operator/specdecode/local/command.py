@@ -7,8 +7,10 @@ Promote)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,9 @@ from specdecode.loadgen import workload
 from specdecode.local import view
 from specdecode.local.runner import EXPERIMENT_FILE, Options, _Run
 from specdecode.report import results, terminal
+
+#: DIR/error.log: the traceback of an unexpected error (result.json's reason is then `InternalError`).
+ERROR_LOG = "error.log"
 
 
 class Terminated(KeyboardInterrupt):
@@ -70,9 +75,30 @@ def run(path: Path, options: Options) -> int:
         final = run_.interrupted(how)
         _finish(console, options, final, out, run_.spec)
         return exit_status.INTERRUPTED
+    except Exception as exc:  # a bug of ours, not the user's input: result.json still says what happened
+        final = _internal_error(run_, exc, out)
     finally:
         show.stop()
     return _finish(console, options, final, out, run_.spec)
+
+
+def _internal_error(run_: _Run, exc: Exception, out: Path) -> ExperimentStatus:
+    """Failed (`InternalError`) with the traceback in DIR/error.log and the measurements kept: the
+    run's own ending when it can still be written, else a result.json of the reason alone."""
+    trace = out / ERROR_LOG
+    with contextlib.suppress(OSError):
+        trace.write_text(traceback.format_exc(), encoding="utf-8")
+    message = (
+        f"run --local stopped on an unexpected error ({type(exc).__name__}: {str(exc)[:300]}): a bug of "
+        f"specdecode, please report it with {trace}; the requests measured so far are kept in {out}"
+    )
+    try:
+        return run_.failed("InternalError", message)
+    except Exception:  # the ending itself failed: the reason alone, so that result.json always exists
+        final = ExperimentStatus(phase=Phase.FAILED, reason="InternalError", message=message)
+        with exit_status.writing_results(out):
+            (out / results.RESULT).write_text(json.dumps(final.wire(), indent=2) + "\n", encoding="utf-8")
+        return final
 
 
 @contextlib.contextmanager
