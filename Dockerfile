@@ -1,4 +1,6 @@
-# syntax=docker/dockerfile:1
+# syntax=docker/dockerfile:1.10.0
+# The frontend is pinned to an exact release (not the moving `1` tag), as the base image and the
+# build backend (pyproject.toml) are: the same Dockerfile parses the same way on every build.
 # One image for the operator (`specdecode operator`), the load Job (`specdecode loadgen`) and the
 # simulator arms (`specdecode sim`): the chart passes its own image to the operator, which uses it
 # for the load Job and simulator arms.

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -58,6 +59,14 @@ def test_multi_stage_wheel_build_on_python_slim() -> None:
 def test_the_base_image_is_pinned_by_digest() -> None:
     (image,) = [a.split("=", 1)[1] for i, a in instructions() if i == "ARG" and a.startswith("PYTHON_IMAGE=")]
     assert re.fullmatch(r"python:3\.12-slim@sha256:[0-9a-f]{64}", image), image
+
+
+def test_the_dockerfile_frontend_and_the_build_backend_are_pinned_to_exact_releases() -> None:
+    """#36: `docker/dockerfile:1` and `setuptools>=77` moved under the same source; they are exact now."""
+    first = DOCKERFILE.read_text().splitlines()[0]
+    assert re.fullmatch(r"# syntax=docker/dockerfile:\d+\.\d+\.\d+(@sha256:[0-9a-f]{64})?", first), first
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert requires and all(re.fullmatch(r"[A-Za-z0-9_.-]+==\d+(\.\d+)*", r) for r in requires), requires
 
 
 def test_every_dependency_is_installed_from_the_lock_with_hashes() -> None:
