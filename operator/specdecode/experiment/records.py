@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from specdecode.experiment.spec import Arm
 
@@ -182,46 +182,40 @@ Request = RequestRecord | PackedRequest
 of the stream only `token_events` and `stream_tokens`, and the text only where it is needed."""
 
 
+def _finite_or_unknown(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+Reading = Annotated[float | None, AfterValidator(_finite_or_unknown)]
+"""A server-side reading: a NaN or infinite one (an engine's garbage, a windows.json written from one)
+is unknown (None)."""
+
+
 class ArmServerMetrics(Record):
     """Server-side measurements of one arm over one stage window (counter deltas, gauges)."""
 
     source: str = "metrics"
     """`metrics` (read from /metrics directly) or `prometheus`."""
-    num_drafts: float | None = None
+    num_drafts: Reading = None
     """Δ vllm:spec_decode_num_drafts_total."""
-    num_draft_tokens: float | None = None
+    num_draft_tokens: Reading = None
     """Δ vllm:spec_decode_num_draft_tokens_total."""
-    num_accepted_tokens: float | None = None
+    num_accepted_tokens: Reading = None
     """Δ vllm:spec_decode_num_accepted_tokens_total."""
     accepted_per_position: list[float] = Field(default_factory=list)
     """Δ vllm:spec_decode_num_accepted_tokens_per_pos_total by position."""
-    kv_cache_usage_max: float | None = None
+    kv_cache_usage_max: Reading = None
     """Highest vllm:kv_cache_usage_perc seen (fraction)."""
-    requests_success: float | None = None
+    requests_success: Reading = None
     """Δ vllm:request_success_total (all reasons)."""
-    generation_tokens: float | None = None
+    generation_tokens: Reading = None
     """Δ vllm:generation_tokens_total."""
-    prefix_cache_queries: float | None = None
+    prefix_cache_queries: Reading = None
     """Δ vllm:prefix_cache_queries_total: prompt tokens looked up in the prefix cache."""
-    prefix_cache_hits: float | None = None
+    prefix_cache_hits: Reading = None
     """Δ vllm:prefix_cache_hits_total: prompt tokens served from the prefix cache."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Anything else worth keeping (per pod breakdowns, histogram means)."""
-
-    @field_validator(
-        "num_drafts",
-        "num_draft_tokens",
-        "num_accepted_tokens",
-        "kv_cache_usage_max",
-        "requests_success",
-        "generation_tokens",
-        "prefix_cache_queries",
-        "prefix_cache_hits",
-    )
-    @classmethod
-    def _finite_or_unknown(cls, value: float | None) -> float | None:
-        """A NaN or infinite reading (an engine's garbage, a windows.json written from one) is unknown."""
-        return value if value is None or math.isfinite(value) else None
 
     @field_validator("accepted_per_position")
     @classmethod

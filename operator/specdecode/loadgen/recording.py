@@ -9,6 +9,7 @@ hot path, in the runner's parser task, after the response ended.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pydantic
@@ -98,6 +99,43 @@ def record(
     def rel(t: float | None) -> float | None:
         return None if t is None else t - anchor
 
+    stream_error: BaseException | None = None
+    parsed: sse.Stream | None = None
+    if isinstance(parsed_or_error, sse.Stream):
+        parsed = parsed_or_error
+        if not parsed.done:
+            stream_error = sse.MalformedStreamError("stream ended without [DONE]")
+    elif parsed_or_error is not None:
+        stream_error = parsed_or_error
+    timing = _timing(sp, i, arm, rid, ex, intended, slot, rel)
+    fields = {**timing, **_outcome(ex, stream_error, parsed is not None, cancelled)}
+    if parsed is not None:
+        fields.update(_stream_fields(parsed, anchor))
+    try:
+        rec = records.RequestRecord(**fields)
+    except pydantic.ValidationError as exc:
+        # Engine data no check above foresaw: the request is a counted error that says why, never a
+        # record dropped (its pair would never be judged) or one that fails when the run is stored.
+        rec = records.RequestRecord(
+            **timing,
+            ok=False,
+            error_class="malformed_sse",
+            error=f"an event of an unexpected shape ({_first_error(exc)})"[:300],
+        )
+    return summary.derive(rec)
+
+
+def _timing(
+    sp: StagePlan,
+    i: int,
+    arm: spec.Arm,
+    rid: str,
+    ex: http.Exchange,
+    intended: float | None,
+    slot: int | None,
+    rel: Callable[[float | None], float | None],
+) -> dict[str, Any]:
+    """What a record holds whatever the engine answered: the request, its pairing and its times."""
     req = sp.requests[i]
     resp = ex.response
     fields: dict[str, Any] = dict(
@@ -115,14 +153,6 @@ def record(
         turn=req.turn,
         connect_ms=None if ex.connect_s is None else ex.connect_s * 1e3,
     )
-    stream_error: BaseException | None = None
-    parsed: sse.Stream | None = None
-    if isinstance(parsed_or_error, sse.Stream):
-        parsed = parsed_or_error
-        if not parsed.done:
-            stream_error = sse.MalformedStreamError("stream ended without [DONE]")
-    elif parsed_or_error is not None:
-        stream_error = parsed_or_error
     if resp is not None:
         fields.update(
             http_status=resp.status or None,
@@ -132,70 +162,46 @@ def record(
         )
     if fields.get("end") is None:
         fields["end"] = rel(time.monotonic())
+    return fields
+
+
+def _outcome(
+    ex: http.Exchange, stream_error: BaseException | None, parsed: bool, cancelled: bool
+) -> dict[str, Any]:
+    """ok, the error class and the one-line error."""
     if cancelled:
-        fields.update(ok=False, error_class="cancelled", error="run interrupted")
-    else:
-        cls = error_class(ex, stream_error)
-        fields["error_class"] = cls
-        fields["ok"] = cls is None and parsed is not None
-        if cls is not None:
-            detail = ex.error or stream_error
-            if detail is None and resp is not None:
-                detail_text = resp.body[:200].decode("utf-8", "replace").replace("\n", " ")
-                fields["error"] = f"HTTP {resp.status}: {detail_text}"
-            else:
-                fields["error"] = f"{type(detail).__name__}: {detail}"[:300]
-    if parsed is not None:
-        events = [(t - anchor, n) for t, n in parsed.token_events]
-        metrics = dict(parsed.metrics) if parsed.metrics else None
-        spec_decode = metrics.pop("speculative_decoding", None) if metrics else None
-        fields.update(
-            events=events,
-            first_token=events[0][0] if events else None,
-            text=parsed.text,
-            text_hash=summary.sha256(parsed.text),
-            prompt_tokens=parsed.prompt_tokens,
-            completion_tokens=parsed.completion_tokens,
-            finish_reason=parsed.finish_reason,
-            n_events=parsed.n_events,
-            token_source=parsed.token_source,
-            spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
-            server_metrics=metrics or None,
-        )
-    try:
-        rec = records.RequestRecord(**fields)
-    except pydantic.ValidationError as exc:
-        # Engine data no check above foresaw: the request is a counted error that says why, never a
-        # record dropped (its pair would never be judged) or one that fails when the run is stored.
-        rec = records.RequestRecord(
-            **{k: fields[k] for k in _TIMING if k in fields},
-            ok=False,
-            error_class="malformed_sse",
-            error=f"an event of an unexpected shape ({_first_error(exc)})"[:300],
-        )
-    return summary.derive(rec)
+        return dict(ok=False, error_class="cancelled", error="run interrupted")
+    cls = error_class(ex, stream_error)
+    fields: dict[str, Any] = dict(error_class=cls, ok=cls is None and parsed)
+    if cls is not None:
+        resp = ex.response
+        detail = ex.error or stream_error
+        if detail is None and resp is not None:
+            detail_text = resp.body[:200].decode("utf-8", "replace").replace("\n", " ")
+            fields["error"] = f"HTTP {resp.status}: {detail_text}"
+        else:
+            fields["error"] = f"{type(detail).__name__}: {detail}"[:300]
+    return fields
 
 
-#: The fields of a record that do not come from the engine's answer (kept when that answer is unusable).
-_TIMING = (
-    "stage",
-    "index",
-    "arm",
-    "warmup",
-    "prompt_id",
-    "category",
-    "intended",
-    "sent",
-    "request_id",
-    "slot",
-    "session",
-    "turn",
-    "connect_ms",
-    "http_status",
-    "headers",
-    "first_byte",
-    "end",
-)
+def _stream_fields(parsed: sse.Stream, anchor: float) -> dict[str, Any]:
+    """What the stream said: its token events, text, counts and the server's per-request metrics."""
+    events = [(t - anchor, n) for t, n in parsed.token_events]
+    metrics = dict(parsed.metrics) if parsed.metrics else None
+    spec_decode = metrics.pop("speculative_decoding", None) if metrics else None
+    return dict(
+        events=events,
+        first_token=events[0][0] if events else None,
+        text=parsed.text,
+        text_hash=summary.sha256(parsed.text),
+        prompt_tokens=parsed.prompt_tokens,
+        completion_tokens=parsed.completion_tokens,
+        finish_reason=parsed.finish_reason,
+        n_events=parsed.n_events,
+        token_source=parsed.token_source,
+        spec_decode=spec_decode if isinstance(spec_decode, dict) else None,
+        server_metrics=metrics or None,
+    )
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:

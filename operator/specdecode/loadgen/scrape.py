@@ -44,6 +44,7 @@ _COUNTERS = (
     PREFIX_QUERIES,
     PREFIX_HITS,
 )
+_KEPT = frozenset((*_COUNTERS, KV_USAGE, ACCEPTED_PER_POS))
 
 
 @dataclass
@@ -63,9 +64,9 @@ def parse(text: str) -> Snapshot:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if (name in _COUNTERS or name in (KV_USAGE, ACCEPTED_PER_POS)) and not math.isfinite(
-                sample.value
-            ):
+            if name not in _KEPT:
+                continue
+            if not math.isfinite(sample.value):
                 snap.unusable.add(name)
             elif name == ACCEPTED_PER_POS:
                 try:
@@ -73,7 +74,7 @@ def parse(text: str) -> Snapshot:
                 except ValueError:
                     continue
                 snap.per_position[pos] = snap.per_position.get(pos, 0.0) + sample.value
-            elif name in _COUNTERS or name == KV_USAGE:
+            else:
                 snap.values[name] = snap.values.get(name, 0.0) + sample.value
     for name in snap.unusable:
         snap.values.pop(name, None)

@@ -190,7 +190,7 @@ def _checked_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(sd, dict):
         raise _wrong_type(f"{where} is {_kind(sd)}, not an object")
     for key in _SPEC_COUNTS:
-        if key in sd and sd[key] is not None and not _whole(sd[key]):
+        if sd.get(key) is not None and not _whole(sd[key]):
             raise _wrong_type(f"{where}.{key} is {_kind(sd[key])}, not a whole count")
     for key in _SPEC_RATIOS:
         value = sd.get(key)

@@ -7,7 +7,6 @@ Promote)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 import traceback
@@ -97,7 +96,7 @@ def _internal_error(run_: _Run, exc: Exception, out: Path) -> ExperimentStatus:
     except Exception:  # the ending itself failed: the reason alone, so that result.json always exists
         final = ExperimentStatus(phase=Phase.FAILED, reason="InternalError", message=message)
         with exit_status.writing_results(out):
-            (out / results.RESULT).write_text(json.dumps(final.wire(), indent=2) + "\n", encoding="utf-8")
+            results.write_result(out, final)
         return final
 
 

@@ -49,6 +49,12 @@ class Results:
     name: str = ""
 
 
+def write_result(out_dir: Path, status: ExperimentStatus) -> Path:
+    """result.json alone: the status as the cluster's `.status` (camelCase)."""
+    (out_dir / RESULT).write_text(json.dumps(status.wire(), indent=2) + "\n", encoding="utf-8")
+    return out_dir / RESULT
+
+
 def write_results(
     out_dir: Path,
     status: ExperimentStatus,
@@ -62,7 +68,7 @@ def write_results(
     """Write result.json and report.html (and, with `write_inputs`, requests/windows/experiment files)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / RESULT, out_dir / REPORT]
-    (out_dir / RESULT).write_text(json.dumps(status.wire(), indent=2) + "\n", encoding="utf-8")
+    write_result(out_dir, status)
     if write_inputs:
         with (out_dir / REQUESTS).open("w", encoding="utf-8") as f:
             for r in records:
